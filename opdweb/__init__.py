@@ -1,0 +1,1 @@
+"""opdweb: the control room for on-policy distillation rollout configurations."""

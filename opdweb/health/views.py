@@ -1,0 +1,81 @@
+"""``/healthz`` for load balancers and the status page for people."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import redis
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.db import connection
+from django.http import JsonResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from opdweb.health.models import WorkerPresence
+from opdweb.jobs.models import Job, JobState
+
+QUEUES = ("gpu", "cpu")
+
+
+def _redis():
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+
+
+def check_database() -> str | None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return None
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return f"{type(exc).__name__}: {exc}"
+
+
+def check_redis() -> str | None:
+    try:
+        _redis().ping()
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+
+
+def live_workers():
+    cutoff = timezone.now() - timedelta(seconds=settings.WORKER_SEEN_SECONDS)
+    return WorkerPresence.objects.filter(last_seen__gte=cutoff, stopped=False)
+
+
+def queue_depths() -> dict[str, int | None]:
+    try:
+        client = _redis()
+        return {q: int(client.llen(q)) for q in QUEUES}
+    except Exception:  # noqa: BLE001
+        return {q: None for q in QUEUES}
+
+
+def healthz(request):
+    """200 when the database and Redis answer and a worker was seen recently, else 503."""
+    db_error = check_database()
+    redis_error = check_redis()
+    workers = [w.name for w in live_workers()] if db_error is None else []
+    ok = db_error is None and redis_error is None and bool(workers)
+    body = {
+        "ok": ok,
+        "database": db_error or "ok",
+        "redis": redis_error or "ok",
+        "workers": workers,
+    }
+    return JsonResponse(body, status=200 if ok else 503)
+
+
+@login_required
+def status_page(request):
+    cutoff = timezone.now() - timedelta(seconds=settings.WORKER_SEEN_SECONDS)
+    context = {
+        "database": check_database() or "ok",
+        "redis": check_redis() or "ok",
+        "workers": WorkerPresence.objects.all(),
+        "cutoff": cutoff,
+        "queues": queue_depths(),
+        "running": Job.objects.filter(state=JobState.RUNNING).count(),
+        "queued": Job.objects.filter(state=JobState.QUEUED).count(),
+    }
+    return render(request, "health/status.html", context)

@@ -1,0 +1,101 @@
+"""The live channel of one job.
+
+Protocol (JSON):
+- client -> ``{"type": "resume", "after": {"<key>": <last step it has>, ...}}`` once,
+  right after connecting (``{}`` for a client that has nothing yet);
+- server -> ``{"type": "points", "points": [[key, step, wall_time, value], ...]}``, first
+  the rest from the database, then ``{"type": "replayed"}``, then live increments;
+- server -> ``{"type": "state", "job": {...}}`` whenever the job's state or progress moves;
+- server -> ``{"type": "error", "code": 4xx, "message": ...}`` then close, on refusal.
+
+The consumer joins the job's group before reading the database and drops any live point
+at or below the last step it has sent for its key, so a reconnecting client misses
+nothing and receives nothing twice.
+"""
+from __future__ import annotations
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from opdweb.jobs.live import job_group, state_payload
+from opdweb.jobs.models import Job
+from opdweb.teams.access import has_role
+from opdweb.teams.models import Role
+
+REPLAY_CHUNK = 2000
+
+
+class JobLiveConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self):
+        self.job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
+        self.sent: dict[str, int] = {}
+        self.resumed = False
+        self.pending: list[list] = []
+        user = self.scope.get("user")
+        await self.accept()
+        if user is None or not user.is_authenticated:
+            return await self.refuse(4401, "log in to follow a job")
+        job = await self.load_job(user)
+        if job is None:
+            return await self.refuse(4404, f"job #{self.job_id} does not exist or belongs to a team you are not in")
+        self.group = job_group(self.job_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.send_json({"type": "state", "job": state_payload(job)})
+
+    async def refuse(self, code: int, message: str):
+        self.group = None
+        await self.send_json({"type": "error", "code": code, "message": message})
+        await self.close(code=code)
+
+    async def disconnect(self, code):
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    @database_sync_to_async
+    def load_job(self, user):
+        job = Job.objects.filter(pk=self.job_id).first()
+        if job is None or not has_role(user, job.team_id, Role.VIEWER):
+            return None
+        return job
+
+    async def receive_json(self, content, **kwargs):
+        if not getattr(self, "group", None):
+            return
+        if content.get("type") != "resume" or self.resumed:
+            return await self.send_json({"type": "error", "code": 4400, "message": "send one {type: resume, after: {key: step}}"})
+        after = content.get("after") or {}
+        if not isinstance(after, dict) or not all(isinstance(v, int) for v in after.values()):
+            return await self.send_json({"type": "error", "code": 4400, "message": "after must map keys to integer steps"})
+        self.sent = {str(k): v for k, v in after.items()}
+        for rows in await self.replay_chunks():
+            await self.send_points(rows)
+        self.resumed = True
+        pending, self.pending = self.pending, []
+        await self.send_points(pending)
+        await self.send_json({"type": "replayed"})
+
+    @database_sync_to_async
+    def replay_chunks(self):
+        from opdweb.traces.queries import iter_points
+
+        return [[list(r) for r in rows] for rows in iter_points(self.job_id, after=self.sent, chunk=REPLAY_CHUNK)]
+
+    async def send_points(self, points):
+        fresh = []
+        for point in points:
+            key, step = point[0], point[1]
+            if step > self.sent.get(key, -1):
+                fresh.append(point)
+                self.sent[key] = step
+        if fresh:
+            await self.send_json({"type": "points", "points": fresh})
+
+    # Group messages (type "trace.points" -> trace_points, "job.state" -> job_state).
+    async def trace_points(self, event):
+        if not self.resumed:
+            self.pending.extend(event["points"])
+            return
+        await self.send_points(event["points"])
+
+    async def job_state(self, event):
+        await self.send_json({"type": "state", "job": event["job"]})

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from opdweb.jobs import views
+
+app_name = "jobs"
+urlpatterns = [
+    path("", views.job_list, name="list"),
+    path("new/", views.job_new, name="new"),
+    path("<int:job_id>/", views.job_detail, name="detail"),
+    path("<int:job_id>/cancel/", views.job_cancel, name="cancel"),
+]

@@ -1,0 +1,86 @@
+"""Job pages: the list, a submit form, and the live detail page."""
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from opdweb.jobs.actions import JobRefused, do_cancel_job, do_submit_job
+from opdweb.jobs.kinds import KINDS
+from opdweb.jobs.models import Job, JobState
+from opdweb.teams.access import has_role, teams_of
+from opdweb.teams.models import Role
+
+
+def _visible_job(request, job_id: int) -> Job:
+    job = Job.objects.select_related("team", "created_by").filter(pk=job_id).first()
+    if job is None or not has_role(request.user, job.team_id, Role.VIEWER):
+        raise Http404(f"job #{job_id} not found")
+    return job
+
+
+@login_required
+def job_list(request):
+    jobs = Job.objects.filter(team__in=teams_of(request.user)).select_related("team", "created_by")
+    state = request.GET.get("state")
+    if state in JobState.values:
+        jobs = jobs.filter(state=state)
+    return render(request, "jobs/list.html", {"jobs": jobs[:200], "states": JobState.values, "state": state})
+
+
+@login_required
+def job_new(request):
+    teams = list(teams_of(request.user, Role.MEMBER))
+    form = {"kind": "selftest", "config": '{"steps": 200, "sleep_s": 0.05}', "name": "", "team": teams[0].slug if teams else ""}
+    error = None
+    if request.method == "POST":
+        form = {k: request.POST.get(k, "") for k in ("kind", "config", "name", "team")}
+        team = next((t for t in teams if t.slug == form["team"]), None)
+        try:
+            if team is None:
+                raise JobRefused("choose a team you can submit to", status=403)
+            try:
+                config = json.loads(form["config"] or "{}")
+            except json.JSONDecodeError as exc:
+                raise JobRefused(f"config is not valid JSON: {exc}") from None
+            job = do_submit_job(team=team, user=request.user, kind_name=form["kind"], config=config, name=form["name"])
+        except JobRefused as exc:
+            error = str(exc)
+            status = exc.status
+        else:
+            return redirect("jobs:detail", job_id=job.pk)
+    else:
+        status = 200
+    context = {"form": form, "teams": teams, "kinds": KINDS.values(), "error": error}
+    return render(request, "jobs/new.html", context, status=status if error else 200)
+
+
+@login_required
+def job_detail(request, job_id: int):
+    job = _visible_job(request, job_id)
+    can_cancel = not job.is_terminal and has_role(request.user, job.team_id, Role.MEMBER)
+    return render(
+        request,
+        "jobs/detail.html",
+        {"job": job, "can_cancel": can_cancel, "config_json": json.dumps(job.config, indent=2),
+         "result_json": json.dumps(job.result, indent=2) if job.result is not None else ""},
+    )
+
+
+@login_required
+@require_POST
+def job_cancel(request, job_id: int):
+    job = _visible_job(request, job_id)
+    if not has_role(request.user, job.team_id, Role.MEMBER):
+        messages.error(request, "viewers cannot cancel jobs")
+    else:
+        try:
+            do_cancel_job(job)
+            messages.info(request, f"cancel of job #{job.pk} requested")
+        except JobRefused as exc:
+            messages.error(request, str(exc))
+    return redirect("jobs:detail", job_id=job.pk)

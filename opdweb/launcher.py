@@ -1,0 +1,159 @@
+"""Bring the whole product up, or run the tests, with the services it needs.
+
+    python -m opdweb.launcher run     # make run: services, migrate, web + workers
+    python -m opdweb.launcher test    # make test: services (running ones, else embedded), pytest
+
+Ctrl-C (or SIGTERM) stops every process it started, then the embedded servers.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from opdweb.services import ensure_services, reachable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("OPDWEB_DATA_DIR", ROOT / "var")).resolve()
+
+
+def secret_key(var: Path) -> str:
+    """A stable secret per installation, made on first start."""
+    path = var / "secret_key"
+    if not path.exists():
+        var.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def visible_gpus() -> list[str]:
+    """GPU indices this host offers, without importing torch (the launcher stays light)."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return [d for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip() and d.strip() != "-1"]
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+            return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+        except (OSError, subprocess.SubprocessError):
+            return []
+    return []
+
+
+def worker_commands(env: dict) -> list[tuple[list[str], dict]]:
+    """One solo-pool worker per GPU on the ``gpu`` queue (or one CPU worker when there is
+    no GPU), and one worker for light jobs on ``cpu`` that also runs the reaper schedule."""
+    celery = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "--loglevel", "INFO"]
+    commands = []
+    gpus = visible_gpus()
+    for i, gpu in enumerate(gpus):
+        commands.append(
+            (celery + ["-Q", "gpu", "--pool", "solo", "-n", f"gpu{i}@%h"],
+             {**env, "CUDA_VISIBLE_DEVICES": gpu, "OPDWEB_WORKER_DEVICE": "cuda:0"})
+        )
+    if not gpus:
+        commands.append((celery + ["-Q", "gpu", "--pool", "solo", "-n", "gpu-cpu@%h"], {**env, "OPDWEB_WORKER_DEVICE": "cpu"}))
+    commands.append(
+        (celery + ["-Q", "cpu", "--pool", "solo", "-B", "--schedule", str(data_dir() / "celerybeat-schedule"), "-n", "cpu@%h"],
+         {**env, "OPDWEB_WORKER_DEVICE": "cpu"})
+    )
+    return commands
+
+
+def manage(*args: str, env: dict) -> None:
+    subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, check=True, cwd=ROOT)
+
+
+def run(args) -> int:
+    var = data_dir()
+    var.mkdir(parents=True, exist_ok=True)
+    services = ensure_services(var)
+    procs: list[subprocess.Popen] = []
+
+    def stop(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        env = {
+            **os.environ,
+            "DATABASE_URL": services.database_url,
+            "REDIS_URL": services.redis_url,
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or secret_key(var),
+            "OPDWEB_DATA_DIR": str(var),
+            "PYTHONUNBUFFERED": "1",
+        }
+        where = "embedded servers under " + str(var) if services.embedded else "the servers in DATABASE_URL / REDIS_URL"
+        print(f"opdweb: using {where}", flush=True)
+        manage("migrate", "--noinput", "-v", "0", env=env)
+        manage("bootstrap_demo", env=env)
+        host, port = args.host, args.port
+        if reachable(host, port):
+            print(f"opdweb: port {port} is taken; set OPDWEB_PORT or pass --port", file=sys.stderr)
+            return 1
+        procs.append(subprocess.Popen([sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "opdweb.asgi:application"], env=env, cwd=ROOT))
+        for command, worker_env in worker_commands(env):
+            procs.append(subprocess.Popen(command, env=worker_env, cwd=ROOT))
+        print(f"\nopdweb is up: http://{host}:{port}/   (Ctrl-C stops everything)\n", flush=True)
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+        print("opdweb: a process exited; stopping the rest", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nopdweb: stopping", flush=True)
+        return 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.time() + 15
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+        services.stop()
+
+
+def test(args) -> int:
+    var = data_dir()
+    var.mkdir(parents=True, exist_ok=True)
+    services = ensure_services(var, prefer_local=True)
+    try:
+        env = {
+            **os.environ,
+            "DATABASE_URL": services.database_url,
+            "REDIS_URL": services.redis_url,
+            "SECRET_KEY": os.environ.get("SECRET_KEY", "test-only-secret"),
+            "OPDWEB_DATA_DIR": str(var),
+        }
+        where = "embedded servers" if services.embedded else f"{services.database_url} and {services.redis_url}"
+        print(f"opdweb: testing against {where}", flush=True)
+        return subprocess.run([sys.executable, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT).returncode
+    finally:
+        services.stop()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m opdweb.launcher")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="services, migrations, web server and workers")
+    p_run.add_argument("--host", default=os.environ.get("OPDWEB_HOST", "127.0.0.1"))
+    p_run.add_argument("--port", type=int, default=int(os.environ.get("OPDWEB_PORT", "8000")))
+    p_test = sub.add_parser("test", help="run pytest against real services")
+    p_test.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    return run(args) if args.command == "run" else test(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

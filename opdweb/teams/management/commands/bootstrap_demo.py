@@ -1,0 +1,31 @@
+"""First start: a demo team and an admin user, whose credentials are printed once and
+kept in ``var/credentials.txt`` (mode 600)."""
+import secrets
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from opdweb.teams.models import Membership, Role, Team
+
+
+class Command(BaseCommand):
+    help = "Create the demo team and an admin user on first start."
+
+    def handle(self, *args, **options):
+        User = get_user_model()
+        creds = settings.DATA_DIR / "credentials.txt"
+        if User.objects.filter(is_superuser=True).exists():
+            where = f" (see {creds})" if creds.exists() else ""
+            self.stdout.write(f"opdweb: admin user exists{where}")
+            return
+        password = secrets.token_urlsafe(12)
+        with transaction.atomic():
+            team, _ = Team.objects.get_or_create(slug="demo", defaults={"name": "Demo team"})
+            admin = User.objects.create_superuser("admin", "admin@example.com", password)
+            Membership.objects.create(team=team, user=admin, role=Role.ADMIN)
+        settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+        creds.write_text(f"username: admin\npassword: {password}\n")
+        creds.chmod(0o600)
+        self.stdout.write(self.style.SUCCESS(f"opdweb: created team 'demo' and user admin / {password} (saved in {creds})"))

@@ -1,0 +1,56 @@
+"""Trace storage: one series per (job, key), its points, and a min/max/last pyramid.
+
+Points are keyed by ``(series, step)`` so a replay after a crash cannot duplicate.
+``TraceRollup`` holds, for each level ``L >= 1``, buckets of ``ROLLUP_BASE**L`` steps with
+their min, max and last value; a downsampled read picks the level whose buckets are just
+finer than asked and reads at most ``ROLLUP_BASE * n_buckets`` rows, whatever the length
+of the series.  Every rollup field merges idempotently (least, greatest, latest step), so
+replayed writes leave it unchanged.
+"""
+from django.db import models
+
+ROLLUP_BASE = 8
+ROLLUP_LEVELS = 6  # bucket widths 8, 64, 512, 4096, 32768, 262144 steps
+
+
+class TraceSeries(models.Model):
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="series")
+    key = models.CharField(max_length=200)
+    first_step = models.BigIntegerField()
+    last_step = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "key"], name="one_series_per_job_key")]
+        verbose_name_plural = "trace series"
+
+    def __str__(self) -> str:
+        return f"{self.job_id}:{self.key}"
+
+
+class TracePoint(models.Model):
+    pk = models.CompositePrimaryKey("series", "step")
+    series = models.ForeignKey(TraceSeries, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+")
+    step = models.BigIntegerField()
+    wall_time = models.FloatField(help_text="unix seconds")
+    value = models.FloatField()
+
+
+class TraceRollup(models.Model):
+    pk = models.CompositePrimaryKey("series", "level", "bucket")
+    series = models.ForeignKey(TraceSeries, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+")
+    level = models.SmallIntegerField()
+    bucket = models.BigIntegerField(help_text="step // ROLLUP_BASE**level")
+    min = models.FloatField()
+    max = models.FloatField()
+    last_step = models.BigIntegerField()
+    last_value = models.FloatField()
+
+
+def delete_points_of_series(sender, instance, **kwargs):
+    """Points and rollups carry no foreign-key constraint (it would slow every COPY), so
+    a deleted series takes them along explicitly."""
+    TracePoint.objects.filter(series_id=instance.pk).delete()
+    TraceRollup.objects.filter(series_id=instance.pk).delete()
+
+
+models.signals.pre_delete.connect(delete_points_of_series, sender=TraceSeries)

@@ -1,0 +1,18 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+from opdweb.api import api
+from opdweb.health import views as health
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="jobs:list"), name="home"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("jobs/", include("opdweb.jobs.urls")),
+    path("status/", health.status_page, name="status"),
+    path("healthz", health.healthz, name="healthz"),
+    path("api/", api.urls),
+    path("admin/", admin.site.urls),
+]

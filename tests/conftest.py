@@ -1,0 +1,151 @@
+"""Shared fixtures: real processes (Celery worker, ASGI server) against the test database.
+
+Tests that talk to another process use ``transactional_db`` so what they write is
+committed and visible there.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import redis as redis_lib
+from django.conf import settings
+from django.db import connection
+
+from opdweb.services import free_port, reachable
+from tests.factories import MembershipFactory, TeamFactory, UserFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def clean_redis():
+    """Queues and channel-layer keys left by an earlier run would be delivered to this one."""
+    redis_lib.Redis.from_url(settings.REDIS_URL).flushdb()
+
+
+def database_url() -> str:
+    db = connection.settings_dict
+    host = quote(db["HOST"], safe="") if db["HOST"].startswith("/") else db["HOST"]
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    auth = db["USER"] + (f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else "")
+    return f"postgres://{auth}@{host}{port}/{db['NAME']}"
+
+
+@pytest.fixture
+def service_env(transactional_db) -> dict:
+    """Environment for child processes: the test database, fast heartbeats."""
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "SECRET_KEY": settings.SECRET_KEY,
+        "JOB_HEARTBEAT_SECONDS": "0.3",
+        "JOB_STALE_SECONDS": "2",
+        "CONN_MAX_AGE": "0",
+        "PYTHONUNBUFFERED": "1",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+    }
+
+
+class Process:
+    """A child process with its output in a log file, shown when a test fails."""
+
+    def __init__(self, name: str, command: list[str], env: dict, log_dir: Path):
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self, sig=signal.SIGKILL) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=20)
+
+    def stop(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1, process: Process | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if process is not None and not process.alive():
+            raise AssertionError(f"{process.name} exited while waiting for {what}:\n{process.output()[-4000:]}")
+        time.sleep(interval)
+    detail = f"\n{process.name} output:\n{process.output()[-4000:]}" if process else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+
+
+@pytest.fixture
+def start_worker(service_env, tmp_path):
+    """Start a real Celery worker (solo pool, both queues); waits until it reports in."""
+    from opdweb.health.models import WorkerPresence
+
+    started: list[Process] = []
+
+    def start(name: str = "w1") -> Process:
+        command = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", "gpu,cpu",
+                   "--pool", "solo", "-n", f"{name}@test", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
+        proc = Process(f"worker-{name}", command, service_env, tmp_path)
+        started.append(proc)
+        wait_for(lambda: WorkerPresence.objects.filter(name=f"{name}@test", pid=proc.proc.pid).exists(), 60,
+                 f"worker {name} to report in", process=proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def asgi_server(service_env, tmp_path):
+    """A real daphne serving the app on a free loopback port; yields its base URL."""
+    port = free_port()
+    proc = Process("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "opdweb.asgi:application"],
+                   service_env, tmp_path)
+    wait_for(lambda: reachable("127.0.0.1", port), 60, "daphne to listen", process=proc)
+    yield f"127.0.0.1:{port}"
+    proc.stop()
+
+
+@pytest.fixture
+def member(db):
+    """A user who is a member of a team: ``(user, team)``."""
+    m = MembershipFactory()
+    return m.user, m.team
+
+
+@pytest.fixture
+def outsider(db):
+    """A user in another team."""
+    return MembershipFactory(team=TeamFactory()).user
+
+
+@pytest.fixture
+def make_user(db):
+    def make(team, role):
+        return MembershipFactory(team=team, user=UserFactory(), role=role).user
+
+    return make

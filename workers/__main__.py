@@ -1,0 +1,1 @@
+from workers.science.cli import main; raise SystemExit(main())

@@ -1,0 +1,223 @@
+"""One schema for every rollout config and one per job kind.
+
+This module imports only pydantic, yaml and the standard library: the web process imports
+it to validate configs and must never pull in torch.  Errors that need the model (a layer
+index out of range, a block size that does not divide a weight) are raised as
+:class:`ConfigError` when the engine is built.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Engine = Literal["hf", "vllm"]
+ComputeDtype = Literal["fp32", "bf16", "fp16"]
+WeightFormat = Literal["bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"]
+ScaleGranularity = Literal["tensor", "channel", "block"]
+KvCacheFormat = Literal["none", "fp8_e4m3", "fp8_e5m2"]
+KvScaleGranularity = Literal["tensor", "head"]
+ActivationFormat = Literal["none", "fp8_e4m3"]
+Fp8Matmul = Literal["auto", "emulate", "scaled_mm"]
+MetricName = Literal["k1", "k2", "k3", "kl_full", "tv_full", "chi2_token", "mult_error"]
+
+#: Hard limits so that a huge request is refused at validation, not discovered on a GPU.
+MAX_PROMPTS = 65_536
+MAX_NEW_TOKENS = 8_192
+MAX_SEED = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """A config that cannot be run; the message says what to change."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SamplingConfig(_Strict):
+    """How the rollout engine samples. ``temperature`` 0 means greedy decoding."""
+
+    temperature: float = Field(1.0, ge=0.0, le=10.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(64, ge=1, le=MAX_NEW_TOKENS)
+
+
+KeepEntry = Union[Annotated[int, Field(ge=0)], str]
+
+
+class RolloutConfig(_Strict):
+    """A rollout engine and everything that makes it differ from the trainer.
+
+    ``weights`` / ``weight_scale`` / ``block_size`` quantize every linear layer of the
+    decoder (never embeddings or ``lm_head``, as vLLM's FP8 does).  ``block_size`` is the
+    side of the square FP8 scale block, or the group length along the input dimension for
+    INT8/INT4.  ``keep_bf16`` lists layer indices (whole layer: weights and KV cache),
+    globs over module names (``model.layers.0.mlp.*``), or regexes written ``re:...``;
+    the KV cache of layer i has the pseudo-name ``model.layers.i.self_attn.kv_cache``.
+    ``noise_sigma`` is relative to each weight tensor's RMS.  ``staleness`` k uses the
+    weights of k optimizer steps ago from the model's snapshot ring.
+    """
+
+    engine: Engine = "hf"
+    dtype: ComputeDtype = "bf16"
+    weights: WeightFormat = "bf16"
+    weight_scale: ScaleGranularity = "tensor"
+    block_size: int = Field(128, ge=1, le=4096)
+    activations: ActivationFormat = "none"
+    fp8_matmul: Fp8Matmul = "auto"
+    kv_cache: KvCacheFormat = "none"
+    kv_scale: KvScaleGranularity = "tensor"
+    keep_bf16: list[KeepEntry] = Field(default_factory=list, max_length=10_000)
+    noise_sigma: float = Field(0.0, ge=0.0, le=100.0)
+    noise_seed: int = Field(0, ge=0, le=MAX_SEED)
+    staleness: int = Field(0, ge=0, le=1_000)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+
+    @field_validator("keep_bf16")
+    @classmethod
+    def _patterns_compile(cls, entries: list[Any]) -> list[Any]:
+        for entry in entries:
+            if isinstance(entry, str):
+                if not entry.strip():
+                    raise ValueError("keep_bf16 entries must not be empty strings")
+                if entry.startswith("re:"):
+                    try:
+                        re.compile(entry[3:])
+                    except re.error as exc:
+                        raise ValueError(f"keep_bf16 regex {entry!r} does not compile: {exc}") from None
+        return entries
+
+    @model_validator(mode="after")
+    def _combinations(self) -> "RolloutConfig":
+        if self.weights == "bf16" and self.weight_scale != "tensor":
+            # Harmless, but a sign the user forgot to set ``weights``.
+            raise ValueError("weight_scale is set but weights is bf16; set weights to a quantized format")
+        if self.activations != "none" and not self.weights.startswith("fp8"):
+            raise ValueError("activations fp8_e4m3 needs FP8 weights (W8A8); set weights to fp8_e4m3 or fp8_e5m2")
+        if self.activations != "none" and self.weight_scale == "block":
+            raise ValueError("FP8 activations are supported with weight_scale tensor or channel, not block")
+        return self
+
+    @property
+    def is_reference(self) -> bool:
+        """True when nothing but the compute dtype separates this engine from the trainer."""
+        return (
+            self.weights == "bf16"
+            and self.kv_cache == "none"
+            and self.noise_sigma == 0.0
+            and self.staleness == 0
+            and self.activations == "none"
+        )
+
+    def bf16_reference(self, engine: Engine | None = None) -> "RolloutConfig":
+        """The standard BF16 engine with the same sampling and seed: the unit of the multiple."""
+        return RolloutConfig(engine=engine or self.engine, dtype="bf16", sampling=self.sampling, seed=self.seed)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> "RolloutConfig":
+        return cls.model_validate(_load_yaml_mapping(text, "rollout config"))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "RolloutConfig":
+        return cls.from_yaml(_read(path))
+
+
+class _JobConfig(_Strict):
+    model: str = Field(..., min_length=1, description="Local checkpoint directory (or hub id where a network allows).")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    task: str = Field("auto", description="'auto' (the task the model dir names, else arithmetic:3), 'arithmetic:LEVEL', or a GSM8K/MATH JSONL path.")
+    prompts: int = Field(256, ge=1, le=MAX_PROMPTS)
+    max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, description="Overrides rollout.sampling.")
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    batch_size: int = Field(64, ge=1, le=4096)
+    trainer_dtype: ComputeDtype = "fp32"
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
+    threads: int | None = Field(None, ge=1, le=512)
+
+    @property
+    def rollout_effective(self) -> RolloutConfig:
+        """The rollout config with the job's ``max_new_tokens`` and ``seed`` applied."""
+        sampling = self.rollout.sampling
+        if self.max_new_tokens is not None:
+            sampling = sampling.model_copy(update={"max_new_tokens": self.max_new_tokens})
+        return self.rollout.model_copy(update={"sampling": sampling, "seed": self.seed})
+
+    @classmethod
+    def from_yaml(cls, text: str):
+        return cls.model_validate(_load_yaml_mapping(text, "job config"))
+
+
+class MismatchJobConfig(_JobConfig):
+    """Admission measurement: the config's multiple of the BF16 engine's mismatch."""
+
+    metric: MetricName = "k3"
+    reference_engine: Engine | None = Field(None, description="Engine of the BF16 unit; default: the rollout's engine.")
+    bootstrap: int = Field(1000, ge=0, le=100_000)
+    position_buckets: list[int] = Field(default_factory=lambda: [0, 8, 16, 32, 64, 128, 256, 512, 1024], max_length=64)
+
+
+class SensitivityJobConfig(MismatchJobConfig):
+    """Per-layer sensitivity of the config, and the recipe search under ``target``."""
+
+    target: float | None = Field(None, gt=0.0, le=1e9, description="Target multiple for the recipe search.")
+    unit: Literal["layer", "module"] = "layer"
+    prompts: int = Field(128, ge=1, le=MAX_PROMPTS)
+
+
+class DriftJobConfig(_JobConfig):
+    """Prefix drift of the config's decodes against the BF16 reference under the same seeds."""
+
+    decode: Literal["sampled", "greedy"] = "sampled"
+    lengths: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64], max_length=64)
+
+
+def _read(path: str | Path) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    return p.read_text()
+
+
+def _load_yaml_mapping(text: str, what: str) -> dict:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} must be a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def describe_validation_error(exc: ValidationError) -> list[str]:
+    """One human line per problem, e.g. ``rollout.noise_sigma: must be >= 0 (got -0.1)``."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(part) for part in err["loc"] if not str(part).startswith("function-after")) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "literal_error":
+            msg = f"{msg} (got {err.get('input')!r})"
+        elif err["type"] in {"greater_than_equal", "less_than_equal", "greater_than", "less_than"}:
+            msg = f"{msg} (got {err.get('input')!r})"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        lines.append(f"{loc}: {msg}")
+    return lines
+
+
+__all__ = [
+    "ConfigError",
+    "DriftJobConfig",
+    "MismatchJobConfig",
+    "RolloutConfig",
+    "SamplingConfig",
+    "SensitivityJobConfig",
+    "ValidationError",
+    "describe_validation_error",
+]

@@ -1,0 +1,25 @@
+"""Rollout engines behind one interface (:mod:`.base`): ``hf`` and ``vllm``."""
+from __future__ import annotations
+
+from .._compat import hide_broken_vision_packages
+
+hide_broken_vision_packages()
+
+from ..config import RolloutConfig  # noqa: E402
+from .base import RolloutEngine, Rollouts, Scores  # noqa: E402
+
+
+def build_engine(model_dir: str, cfg: RolloutConfig, device: str = "auto", **vllm_kwargs) -> RolloutEngine:
+    """The rollout engine ``cfg.engine`` names, with ``cfg`` applied."""
+    if cfg.engine == "hf":
+        from .hf import HFEngine
+
+        return HFEngine(model_dir, cfg, device)
+    if cfg.engine == "vllm":
+        from .vllm_engine import VLLMEngine
+
+        return VLLMEngine(model_dir, cfg, **vllm_kwargs)
+    raise ValueError(f"unknown engine {cfg.engine!r}")
+
+
+__all__ = ["RolloutEngine", "Rollouts", "Scores", "build_engine"]

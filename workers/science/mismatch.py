@@ -1,0 +1,256 @@
+"""The admission measurement: a rollout config's mismatch as a multiple of BF16's.
+
+The rollout engine samples the student's responses; the trainer (the same checkpoint at
+full precision) scores exactly those tokens; every metric of :mod:`.metrics` is computed
+over response tokens.  The BF16 reference engine does the same on the same prompts and
+seeds, and the **multiple** is the primary metric (default k3) over the reference's, with a
+paired bootstrap CI over prompts.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .config import ConfigError, MismatchJobConfig, RolloutConfig, _JobConfig
+from .reporting import Cancelled, NullReporter, Reporter
+
+
+@dataclass
+class Measurement:
+    """One engine's rollouts on the session's prompts, scored by the trainer."""
+
+    label: str
+    cfg: RolloutConfig
+    records: "object"  # metrics.TokenRecords
+    accuracy: float | None
+    sample_seconds: float
+    score_seconds: float
+    rollouts: list = field(default_factory=list)  # kept only when asked (drift, dumps)
+    trainer_scores: list = field(default_factory=list)
+    engine_info: dict = field(default_factory=dict)
+
+
+class MeasurementSession:
+    """Prompts, tokenizer and the trainer reference, loaded once for many measurements."""
+
+    def __init__(self, job: _JobConfig, reporter: Reporter | None = None) -> None:
+        import torch
+
+        from .engines import hide_broken_vision_packages  # noqa: F401 - side effect on import
+        from .engines.hf import HFEngine, check_model_path, load_tokenizer, resolve_device
+        from .tasks import resolve_prompt_set
+        from .toy import model_task
+
+        self.job = job
+        self.reporter = reporter or NullReporter()
+        if job.threads:
+            torch.set_num_threads(job.threads)
+        check_model_path(job.model)
+        self.device = resolve_device(job.device)
+        task = job.task
+        toy_task = model_task(job.model)
+        if task == "auto":
+            task = toy_task["task"] if toy_task else "arithmetic:3"
+        self.task = task
+        try:
+            self.prompt_set = resolve_prompt_set(task, job.prompts, job.seed)
+        except (FileNotFoundError, ValueError) as exc:
+            raise ConfigError(str(exc)) from None
+        self.tokenizer = load_tokenizer(job.model)
+        self.prompt_ids = [self.tokenizer(p, add_special_tokens=True).input_ids for p in self.prompt_set.prompts()]
+        self.trainer = HFEngine.trainer(job.model, job.trainer_dtype, self.device)
+        self.model_config = self.trainer.model.config
+        self.base_model = self.trainer.model if job.trainer_dtype == "fp32" else None
+        self.rollout = job.rollout_effective
+
+    # -- engines --------------------------------------------------------------------
+    def engine(self, cfg: RolloutConfig):
+        """An engine for ``cfg``; hf engines reuse the loaded fp32 weights (no disk read)."""
+        from .engines import build_engine
+        from .engines.hf import HFEngine, prepare_rollout_model
+
+        if cfg.engine == "hf":
+            prepared = None
+            if self.base_model is not None:
+                prepared = prepare_rollout_model(self.job.model, cfg, self.device, base_model=copy.deepcopy(self.base_model))
+            return HFEngine(self.job.model, cfg, self.device, prepared=prepared)
+        return build_engine(self.job.model, cfg, str(self.device))
+
+    def check_rollout(self, cfg: RolloutConfig) -> None:
+        """Errors that need the model (layer index, block size, snapshots) before any work."""
+        from .engines.hf import decoder_layer_count, decoder_linears, resolve_keep_bf16
+
+        names = list(decoder_linears(self.trainer.model))
+        resolve_keep_bf16(cfg.keep_bf16, names, decoder_layer_count(self.trainer.model))
+
+    # -- measuring ------------------------------------------------------------------
+    def measure(self, cfg: RolloutConfig, label: str, frac: tuple[float, float] = (0.0, 1.0), keep: bool = False,
+                engine=None, on_batch: Callable[[int, object], None] | None = None) -> Measurement:
+        from .engines.hf import decoder_layer_count
+        from .metrics import TokenRecords, full_vocab_terms
+
+        own = engine is None
+        engine = engine or self.engine(cfg)
+        try:
+            bs = self.job.batch_size
+            n = len(self.prompt_ids)
+            parts, texts, rollouts, scores = [], [], [], []
+            t_sample = t_score = 0.0
+            want_full = engine.name == "hf"
+            for bi, start in enumerate(range(0, n, bs)):
+                if self.reporter.should_stop():
+                    raise Cancelled(f"cancelled while measuring {label}")
+                batch = self.prompt_ids[start : start + bs]
+                t0 = time.perf_counter()
+                r = engine.sample(batch, cfg.sampling, seed=cfg.seed, offset=start, return_full=want_full)
+                t1 = time.perf_counter()
+                s = self.trainer.score(batch, r.tokens, r.mask, return_full=want_full)
+                t2 = time.perf_counter()
+                t_sample += t1 - t0
+                t_score += t2 - t1
+                kl = tv = None
+                if want_full and r.full_logprobs is not None and s.full_logprobs is not None:
+                    kl, tv = full_vocab_terms(r.full_logprobs, s.full_logprobs)
+                    r.full_logprobs = None
+                parts.append(TokenRecords.from_arrays(r.logprobs, s.logprobs, r.mask, start, kl, tv))
+                texts.extend(self.tokenizer.decode(resp, skip_special_tokens=True) for resp in r.responses())
+                if keep:
+                    rollouts.append(r)
+                    scores.append(s)
+                if on_batch is not None:
+                    on_batch(bi, TokenRecords.concat(parts))
+                done = min(n, start + bs) / n
+                self.reporter.progress(frac[0] + (frac[1] - frac[0]) * done, f"{label}: {min(n, start + bs)}/{n} prompts")
+            records = TokenRecords.concat(parts)
+            records.n_sequences = n
+            try:
+                accuracy = self.prompt_set.accuracy(texts)
+            except Exception:  # noqa: BLE001 - grading is informative only
+                accuracy = None
+            info = {}
+            prepared = getattr(engine, "prepared", None)
+            if prepared is not None:
+                info = {
+                    "fp8_backend": prepared.fp8_backend,
+                    "quantized_modules": len(prepared.quantized),
+                    "kept_bf16": sorted(prepared.kept),
+                    "kv_fp8_layers": [i for i, f in enumerate(prepared.kv_formats) if f],
+                    "layers": decoder_layer_count(self.trainer.model),
+                }
+            return Measurement(label, cfg, records, accuracy, t_sample, t_score, rollouts, scores, info)
+        finally:
+            if own:
+                engine.close()
+
+    def kv_layer_formats(self, cfg: RolloutConfig) -> list[str | None]:
+        from .engines.hf import decoder_layer_count, decoder_linears, kv_pseudo_name, resolve_keep_bf16
+
+        n_layers = decoder_layer_count(self.trainer.model)
+        kept = resolve_keep_bf16(cfg.keep_bf16, list(decoder_linears(self.trainer.model)), n_layers)
+        return [None if cfg.kv_cache == "none" or kv_pseudo_name(i) in kept else cfg.kv_cache for i in range(n_layers)]
+
+    def reference_config(self, engine: str | None = None) -> RolloutConfig:
+        return self.rollout.bf16_reference(engine)
+
+
+def compare(session: MeasurementSession, m: Measurement, ref: Measurement, metric: str, n_boot: int,
+            buckets: list[int] | None = None) -> dict:
+    """The report body shared by every job: value, reference value, multiple and its CI."""
+    from .metrics import finite_or_none, metric_values, multiple_with_ci, position_buckets, summarize
+
+    summary, ref_summary = summarize(m.records), summarize(ref.records)
+    values, ref_values = metric_values(summary), metric_values(ref_summary)
+    n = len(session.prompt_ids)
+    multiple, ci = multiple_with_ci(m.records, ref.records, metric, n, n_boot, seed=session.job.seed)
+    out = {
+        "metric": metric,
+        "value": values.get(metric),
+        "reference_value": ref_values.get(metric),
+        "multiple": finite_or_none(multiple),
+        "multiple_ci": ci,
+        "tokens": m.records.tokens,
+        "reference_tokens": ref.records.tokens,
+        "metrics": values,
+        "reference_metrics": ref_values,
+        "summary": summary,
+        "reference_summary": ref_summary,
+        "accuracy": m.accuracy,
+        "reference_accuracy": ref.accuracy,
+    }
+    if buckets is not None:
+        out["buckets"] = position_buckets(m.records, buckets)
+    return out
+
+
+def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_path: str | Path | None = None) -> dict:
+    """Admission measurement of ``cfg.rollout`` on ``cfg.model``; JSON-serialisable report."""
+    from .capacity import kv_capacity
+
+    reporter = reporter or NullReporter()
+    t0 = time.perf_counter()
+    session = MeasurementSession(cfg, reporter)
+    rollout = session.rollout
+    session.check_rollout(rollout)
+    ref_cfg = session.reference_config(cfg.reference_engine)
+    metric = cfg.metric
+
+    def trace(label):
+        def on_batch(bi, records):
+            from .metrics import metric_values, summarize
+
+            v = metric_values(summarize(records)).get(metric)
+            if v is not None:
+                reporter.log(bi, {f"mismatch/{label}_{metric}": v})
+        return on_batch
+
+    ref = session.measure(ref_cfg, "BF16 reference", (0.0, 0.45), keep=dump_path is not None, on_batch=trace("reference"))
+    if rollout == ref_cfg:
+        m = ref
+    else:
+        m = session.measure(rollout, "rollout config", (0.45, 0.95), keep=dump_path is not None, on_batch=trace("rollout"))
+    report = compare(session, m, ref, metric, cfg.bootstrap, cfg.position_buckets)
+    report.update(
+        model=cfg.model,
+        task=session.task,
+        prompts=len(session.prompt_ids),
+        seed=cfg.seed,
+        rollout=rollout.model_dump(mode="json"),
+        reference_rollout=ref_cfg.model_dump(mode="json"),
+        trainer_dtype=cfg.trainer_dtype,
+        engine=m.engine_info,
+        kv_cache=kv_capacity(session.model_config, session.kv_layer_formats(rollout)),
+        timing={
+            "sample_s": m.sample_seconds if m is not ref else 0.0,
+            "score_s": m.score_seconds if m is not ref else 0.0,
+            "reference_sample_s": ref.sample_seconds,
+            "reference_score_s": ref.score_seconds,
+            "total_s": time.perf_counter() - t0,
+        },
+    )
+    if report["multiple"] is not None:
+        reporter.log(len(session.prompt_ids), {f"mismatch/{metric}": report["value"], "mismatch/multiple": report["multiple"]})
+    if dump_path is not None:
+        write_dump(dump_path, m)
+    reporter.progress(1.0, "done")
+    return report
+
+
+def write_dump(path: str | Path, m: Measurement) -> int:
+    """One JSON line per response: prompt and response token ids, both logprob lists."""
+    lines = 0
+    with open(path, "w") as fh:
+        for r, s in zip(m.rollouts, m.trainer_scores):
+            for i in range(r.tokens.shape[0]):
+                mask = r.mask[i]
+                fh.write(json.dumps({
+                    "prompt_ids": r.prompt_ids[i],
+                    "token_ids": r.tokens[i][mask].tolist(),
+                    "logprobs_rollout": [round(float(x), 7) for x in r.logprobs[i][mask]],
+                    "logprobs_trainer": [round(float(x), 7) for x in s.logprobs[i][mask]],
+                }) + "\n")
+                lines += 1
+    return lines

@@ -1,0 +1,83 @@
+"""The one reporter interface every piece of science reports through.
+
+A long computation calls ``log(step, {key: value})`` for trace points,
+``progress(frac, message)`` for the progress bar, and polls ``should_stop()`` between
+units of work so a cancel from the web is honoured cooperatively.  The Celery side
+implements it on top of PostgreSQL and the channel layer; the command line implements it
+with a progress bar; tests use :class:`RecordingReporter`.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Mapping, Protocol
+
+
+class Cancelled(Exception):
+    """Raised by science code when ``should_stop()`` turned true."""
+
+
+class Reporter(Protocol):
+    def log(self, step: int, values: Mapping[str, float]) -> None: ...
+
+    def progress(self, frac: float, message: str = "") -> None: ...
+
+    def should_stop(self) -> bool: ...
+
+
+class NullReporter:
+    """Discards everything; never asks to stop."""
+
+    def log(self, step: int, values: Mapping[str, float]) -> None:
+        pass
+
+    def progress(self, frac: float, message: str = "") -> None:
+        pass
+
+    def should_stop(self) -> bool:
+        return False
+
+
+class RecordingReporter(NullReporter):
+    """Keeps every call, for tests and for callers that want the series in memory."""
+
+    def __init__(self, stop_after_logs: int | None = None) -> None:
+        self.points: list[tuple[int, str, float]] = []
+        self.progress_calls: list[tuple[float, str]] = []
+        self._stop_after_logs = stop_after_logs
+        self._logs = 0
+
+    def log(self, step: int, values: Mapping[str, float]) -> None:
+        self._logs += 1
+        self.points.extend((step, key, float(value)) for key, value in values.items())
+
+    def progress(self, frac: float, message: str = "") -> None:
+        self.progress_calls.append((frac, message))
+
+    def should_stop(self) -> bool:
+        return self._stop_after_logs is not None and self._logs >= self._stop_after_logs
+
+
+class ConsoleReporter(NullReporter):
+    """A progress bar on stderr for the command line (quiet when stderr is not a TTY)."""
+
+    def __init__(self, enabled: bool | None = None) -> None:
+        self._enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._bar = None
+
+    def progress(self, frac: float, message: str = "") -> None:
+        if not self._enabled:
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=1000, file=sys.stderr, leave=False)
+        self._bar.n = int(max(0.0, min(1.0, frac)) * 1000)
+        self._bar.set_description(message, refresh=False)
+        self._bar.refresh()
+        if frac >= 1.0:
+            self.close()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

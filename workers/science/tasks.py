@@ -1,0 +1,201 @@
+"""Math prompt sets: a synthetic arithmetic task and GSM8K/MATH loaders (local files only).
+
+A :class:`PromptSet` is a list of :class:`Problem` (prompt text, reference answer) with a
+task-specific answer extractor, so grading is exact and the same for every caller.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+#: Arithmetic levels: (operator, operand digits of a, operand range of b).  Prompts are
+#: fixed-width per level ("%3d+%3d="), so batches need no attention masks.
+ARITHMETIC_LEVELS: dict[int, tuple[str, int, tuple[int, int]]] = {
+    1: ("+", 1, (0, 9)),
+    2: ("+", 2, (0, 99)),
+    3: ("+", 3, (0, 999)),
+    4: ("*", 3, (2, 9)),
+    5: ("mix", 3, (0, 999)),
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: str
+    answer: str
+
+
+@dataclass
+class PromptSet:
+    """Problems plus the rule that turns a response into a comparable answer."""
+
+    name: str
+    problems: list[Problem]
+    extract: Callable[[str], str | None] = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def __iter__(self) -> Iterator[Problem]:
+        return iter(self.problems)
+
+    def prompts(self) -> list[str]:
+        return [p.prompt for p in self.problems]
+
+    def grade(self, responses: Sequence[str]) -> list[bool]:
+        """Exact match of the extracted answer against the reference, per response."""
+        if len(responses) != len(self.problems):
+            raise ValueError(f"{len(responses)} responses for {len(self.problems)} problems")
+        return [self.extract(r) == normalize_number(p.answer) for r, p in zip(responses, self.problems)]
+
+    def accuracy(self, responses: Sequence[str]) -> float:
+        graded = self.grade(responses)
+        return sum(graded) / max(1, len(graded))
+
+
+def normalize_number(text: str | None) -> str | None:
+    """Canonical form of a numeric answer: no spaces, commas, '+' or trailing '.0'."""
+    if text is None:
+        return None
+    s = text.strip().replace(",", "").replace(" ", "").replace("$", "").lstrip("+")
+    if re.fullmatch(r"-?\d+\.0*", s):
+        s = s.split(".")[0]
+    if re.fullmatch(r"-?\d+", s):
+        s = str(int(s))
+    return s or None
+
+
+# --- synthetic arithmetic ------------------------------------------------------------
+
+def arithmetic_prompt(a: int, op: str, b: int, digits: int) -> str:
+    return f"{a:{digits}d}{op}{b:{digits if op == '+' else 1}d}="
+
+
+def arithmetic_answer_text(value: int) -> str:
+    """The target the toy models learn: digits least-significant first (easy to carry)."""
+    return str(value)[::-1]
+
+
+def extract_arithmetic(response: str) -> str | None:
+    """Inverse of :func:`arithmetic_answer_text`; None when the response is not digits."""
+    s = response.strip()
+    if not s or not s.isdigit():
+        return None
+    return normalize_number(s[::-1])
+
+
+def _held_out(a: int, b: int) -> bool:
+    # A fixed hash split: ~10% of operand pairs are never used for training.
+    return (a * 7919 + b * 104729) % 10 == 0
+
+
+def arithmetic_problem(rng: random.Random, level: int) -> tuple[int, str, int]:
+    op, digits, (lo_b, hi_b) = ARITHMETIC_LEVELS[level]
+    if op == "mix":
+        return arithmetic_problem(rng, rng.choice([3, 4]))
+    lo_a = 10 ** (digits - 1) if digits > 1 else 0
+    a = rng.randint(lo_a, 10**digits - 1)
+    b = rng.randint(max(lo_b, lo_a if op == "+" else lo_b), hi_b)
+    return a, op, b
+
+
+def arithmetic_prompt_set(n: int, *, level: int = 3, seed: int = 0, split: str = "test") -> PromptSet:
+    """``n`` seeded problems of a difficulty ``level``; ``split`` 'train' or 'test' (held out)."""
+    if level not in ARITHMETIC_LEVELS:
+        raise ValueError(f"unknown arithmetic level {level}; known: {sorted(ARITHMETIC_LEVELS)}")
+    if split not in {"train", "test"}:
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    rng = random.Random(f"arith:{level}:{seed}:{split}")
+    want_held_out = split == "test"
+    problems: list[Problem] = []
+    attempts = 0
+    while len(problems) < n:
+        attempts += 1
+        if attempts > 200 * n + 10_000:
+            raise ValueError(f"level {level} has too few distinct {split} problems for n={n}")
+        a, op, b = arithmetic_problem(rng, level)
+        if _held_out(a, b) != want_held_out and level > 1:
+            continue
+        digits = ARITHMETIC_LEVELS[level][1] if ARITHMETIC_LEVELS[level][0] != "mix" else 3
+        value = a + b if op == "+" else a * b
+        problems.append(Problem(arithmetic_prompt(a, op, b, digits), str(value)))
+    return PromptSet(f"arithmetic-L{level}-{split}", problems, extract_arithmetic)
+
+
+# --- GSM8K / MATH --------------------------------------------------------------------
+
+def extract_gsm8k(text: str) -> str | None:
+    """The number after the last '####', else the last number in the text."""
+    if "####" in text:
+        return normalize_number(text.rsplit("####", 1)[1].strip().split("\n")[0])
+    numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
+    return normalize_number(numbers[-1]) if numbers else None
+
+
+def extract_boxed(text: str) -> str | None:
+    r"""Contents of the last ``\boxed{...}`` (balanced braces), normalised."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i, depth = start + len("\\boxed{"), 1
+    out = []
+    while i < len(text):
+        ch = text[i]
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                break
+        out.append(ch)
+        i += 1
+    else:
+        return None
+    inner = "".join(out).strip()
+    return normalize_number(inner) if re.fullmatch(r"[-+\d,. $]+", inner) else inner.replace(" ", "")
+
+
+def load_jsonl_prompt_set(path: str | Path, *, limit: int | None = None) -> PromptSet:
+    """GSM8K-style (``question`` / ``answer`` with ``#### x``) or MATH-style (``problem`` /
+    ``solution`` with ``\\boxed{x}``, or an ``answer`` field) JSONL from local disk."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"prompt file {str(p)!r} does not exist")
+    problems: list[Problem] = []
+    kind = None
+    with p.open() as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{p}:{lineno}: not JSON: {exc}") from None
+            if "question" in row and "answer" in row:
+                kind = kind or "gsm8k"
+                answer = extract_gsm8k(str(row["answer"]))
+                problems.append(Problem(str(row["question"]), answer or ""))
+            elif "problem" in row and ("solution" in row or "answer" in row):
+                kind = kind or "math"
+                answer = str(row["answer"]) if "answer" in row else extract_boxed(str(row["solution"]))
+                problems.append(Problem(str(row["problem"]), (normalize_number(answer) if answer else "") or ""))
+            else:
+                raise ValueError(f"{p}:{lineno}: expected GSM8K (question/answer) or MATH (problem/solution) fields")
+            if limit is not None and len(problems) >= limit:
+                break
+    if not problems:
+        raise ValueError(f"{p}: no problems")
+    return PromptSet(f"{kind}:{p.name}", problems, extract_gsm8k if kind == "gsm8k" else extract_boxed)
+
+
+def resolve_prompt_set(task: str, n: int, seed: int) -> PromptSet:
+    """``arithmetic`` / ``arithmetic:LEVEL`` (held-out split) or a JSONL path."""
+    if task == "arithmetic" or task.startswith("arithmetic:"):
+        level = int(task.split(":", 1)[1]) if ":" in task else 3
+        return arithmetic_prompt_set(n, level=level, seed=seed, split="test")
+    ps = load_jsonl_prompt_set(task, limit=n)
+    return ps

