@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from ninja import Field, Query, Router, Schema
+from ninja import Field, Query, Router, Schema, Status
 
 from opdweb.jobs.actions import JobRefused, do_cancel_job, do_submit_job
 from opdweb.jobs.kinds import KINDS
@@ -139,7 +139,7 @@ def submit_job(request, payload: JobIn):
             raise JobRefused("name a team: you may submit to " + (", ".join(t.slug for t in teams) or "no team"), status=400 if candidates else 403)
         team = candidates[0]
     job = do_submit_job(team=team, user=request.user, kind_name=payload.kind, config=payload.config, name=payload.name)
-    return 201, job
+    return Status(201, job)
 
 
 @router.get("/jobs/{job_id}", response=JobOut)

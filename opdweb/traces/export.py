@@ -5,6 +5,8 @@ rows are pulled chunk by chunk from a server-side cursor through ``sync_to_async
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 from asgiref.sync import sync_to_async
@@ -15,7 +17,9 @@ from opdweb.traces.queries import iter_points
 
 def _format_chunk(rows, fmt: str) -> str:
     if fmt == "csv":
-        return "".join(f"{key},{step},{wall!r},{value!r}\n" for key, step, wall, value in rows)
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows(rows)
+        return out.getvalue()
     return "".join(
         json.dumps({"key": key, "step": step, "wall_time": wall, "value": value}) + "\n"
         for key, step, wall, value in rows

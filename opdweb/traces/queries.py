@@ -38,8 +38,9 @@ def choose_level(span: int, n_buckets: int) -> int:
 def downsample(series: TraceSeries, n_buckets: int, start: int | None = None, end: int | None = None) -> dict:
     """At most ``n_buckets`` buckets of ``series`` over steps ``[start, end]`` (default: all).
 
-    Bucket edges fall on multiples of the chosen level's width, so every min and max is
-    exact: a spike anywhere in a bucket shows in that bucket.
+    Bucket edges fall on multiples of the bucket width, and the window widens to whole
+    buckets, so every min, max and last is exact for the steps its bucket reports: a
+    spike anywhere in a bucket shows in that bucket.
     """
     n_buckets = max(1, min(int(n_buckets), MAX_BUCKETS))
     lo = series.first_step if start is None else max(int(start), series.first_step)
@@ -49,8 +50,12 @@ def downsample(series: TraceSeries, n_buckets: int, start: int | None = None, en
     span = hi - lo + 1
     level = choose_level(span, n_buckets)
     width = ROLLUP_BASE**level
-    # Output buckets are whole multiples of the stored width, aligned to them.
+    # Output buckets are whole multiples of the stored width, aligned to them; the window
+    # widens to whole buckets, which keeps every bucket's min / max / last exact.
     out_width = width * math.ceil(span / n_buckets / width)
+    while hi // out_width - lo // out_width + 1 > n_buckets:
+        out_width += width
+    lo, hi = lo // out_width * out_width, (hi // out_width + 1) * out_width - 1
     with connection.cursor() as cursor:
         if level == 0:
             cursor.execute(

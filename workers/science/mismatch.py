@@ -40,7 +40,7 @@ class MeasurementSession:
     def __init__(self, job: _JobConfig, reporter: Reporter | None = None) -> None:
         import torch
 
-        from .engines import hide_broken_vision_packages  # noqa: F401 - side effect on import
+        from . import engines  # noqa: F401 - hides a broken torchvision before transformers loads
         from .engines.hf import HFEngine, check_model_path, load_tokenizer, resolve_device
         from .tasks import resolve_prompt_set
         from .toy import model_task

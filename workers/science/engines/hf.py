@@ -201,7 +201,9 @@ class Fp8Linear(nn.Module):
             y = torch._scaled_mm(xq, self.qweight.t(), scale_a=sa.float(), scale_b=self.wscale.float(), out_dtype=out_dtype)
             y = y[:m].to(self.out_dtype)
         else:
-            y = ((xq.float() * xscale) @ (self.qweight.float() * self.wscale.reshape(-1, 1) if self.per_channel else self.qweight.float() * self.wscale).t()).to(self.out_dtype)
+            wscale = self.wscale.reshape(-1, 1) if self.per_channel else self.wscale
+            w = self.qweight.float() * wscale
+            y = ((xq.float() * xscale) @ w.t()).to(self.out_dtype)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)
@@ -223,9 +225,11 @@ class PreparedModel:
     quantized: list[str] = field(default_factory=list)
 
 
-def prepare_rollout_model(model_dir: str, cfg: RolloutConfig, device: torch.device) -> PreparedModel:
-    """Load the checkpoint and turn it into the rollout engine ``cfg`` describes."""
-    model = load_model(model_dir, device, torch.float32)
+def prepare_rollout_model(model_dir: str, cfg: RolloutConfig, device: torch.device,
+                          base_model: nn.Module | None = None) -> PreparedModel:
+    """Load the checkpoint (or take ``base_model``, an fp32 copy the caller gives up) and
+    turn it into the rollout engine ``cfg`` describes."""
+    model = base_model if base_model is not None else load_model(model_dir, device, torch.float32)
     n_layers = decoder_layer_count(model)
     linears = decoder_linears(model)
     kept = resolve_keep_bf16(cfg.keep_bf16, list(linears), n_layers)

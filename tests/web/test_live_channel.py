@@ -1,0 +1,99 @@
+"""The live channel through a real ASGI server, channel layer (Redis) and worker."""
+import asyncio
+import json
+
+from django.conf import settings
+from websockets.asyncio.client import connect
+
+from opdweb.jobs.actions import do_submit_job
+from opdweb.jobs.models import Job, JobState
+from tests.conftest import wait_for
+from tests.factories import JobFactory
+from workers.science.selftest import SELFTEST_KEYS, selftest_value
+
+STEPS = 120
+
+
+def session_cookie(client, user) -> str:
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+async def follow(url, cookie, after, stop):
+    """Connect, resume after ``after``, collect points until ``stop(received)`` is true.
+    Returns every point message's points in arrival order and the states seen."""
+    points, states = [], []
+    async with connect(url, additional_headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}) as ws:
+        await ws.send(json.dumps({"type": "resume", "after": after}))
+        while not stop(points, states):
+            msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=30))
+            if msg["type"] == "points":
+                points.extend(msg["points"])
+            elif msg["type"] == "state":
+                states.append(msg["job"]["state"])
+            elif msg["type"] == "error":
+                raise AssertionError(msg)
+    return points, states
+
+
+def test_a_reconnecting_client_misses_nothing_and_gets_nothing_twice(member, start_worker, asgi_server, client):
+    user, team = member
+    cookie = session_cookie(client, user)
+    start_worker()
+    job = do_submit_job(team=team, user=user, kind_name="selftest", config={"steps": STEPS, "sleep_s": 0.02})
+    url = f"ws://{asgi_server}/ws/jobs/{job.pk}/"
+
+    # First connection: leave midway, with part of the series.
+    first, _ = asyncio.run(follow(url, cookie, {}, lambda pts, st: len(pts) >= STEPS // 2))
+    assert 0 < len(first) < 2 * STEPS
+    have = {}
+    for key, step, _, _ in first:
+        have[key] = max(have.get(key, -1), step)
+
+    # Second connection resumes from what it has and follows to the end.
+    def done(pts, states):
+        return "succeeded" in states and sum(1 for p in pts if p[0] == SELFTEST_KEYS[0]) + have.get(SELFTEST_KEYS[0], -1) + 1 >= STEPS
+
+    second, states = asyncio.run(follow(url, cookie, have, done))
+    assert Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED
+
+    # Per key: first connection's steps, then the second's, exactly 0..STEPS-1 once each.
+    for key in SELFTEST_KEYS:
+        steps_first = [p[1] for p in first if p[0] == key]
+        steps_second = [p[1] for p in second if p[0] == key]
+        assert steps_first == sorted(steps_first)
+        combined = [s for s in steps_first if s <= have[key]] + steps_second
+        assert combined == list(range(STEPS)), key
+        assert all(p[3] == selftest_value(key, p[1]) for p in first + second if p[0] == key)
+
+
+def test_it_refuses_a_websocket_for_another_teams_job(member, outsider, asgi_server, client):
+    user, team = member
+    job = JobFactory(team=team)
+    cookie = session_cookie(client, outsider)
+
+    async def attempt():
+        async with connect(f"ws://{asgi_server}/ws/jobs/{job.pk}/",
+                           additional_headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}) as ws:
+            msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=10))
+            await asyncio.wait_for(ws.wait_closed(), timeout=10)
+            return msg, ws.close_code
+
+    msg, code = asyncio.run(attempt())
+    assert msg["type"] == "error" and msg["code"] == 4404
+    assert "does not exist or belongs to a team you are not in" in msg["message"]
+    assert code == 4404
+
+
+def test_it_refuses_an_anonymous_websocket(member, asgi_server):
+    _, team = member
+    job = JobFactory(team=team)
+
+    async def attempt():
+        async with connect(f"ws://{asgi_server}/ws/jobs/{job.pk}/", additional_headers={"Origin": "http://127.0.0.1"}) as ws:
+            msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=10))
+            await asyncio.wait_for(ws.wait_closed(), timeout=10)
+            return msg, ws.close_code
+
+    msg, code = asyncio.run(attempt())
+    assert (msg["code"], code) == (4401, 4401)

@@ -1,0 +1,115 @@
+"""Prefix drift: under the same seeds, where do the perturbed engine's decodes leave the
+reference's, and how much of the mismatch lies after that point?
+
+Both engines sample with common random numbers (one uniform per prompt and position), so
+their decodes coincide until the perturbation flips a token.  Tokens after the first
+divergence come from prefixes the reference would not have visited: per-token importance
+corrections cannot repair that part of the mismatch.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .config import DriftJobConfig
+from .reporting import NullReporter, Reporter
+
+
+def _stack(rollouts) -> tuple[np.ndarray, np.ndarray]:
+    length = max(r.tokens.shape[1] for r in rollouts)
+    toks, masks = [], []
+    for r in rollouts:
+        t = np.full((r.tokens.shape[0], length), -1, dtype=np.int64)
+        m = np.zeros((r.tokens.shape[0], length), dtype=bool)
+        t[:, : r.tokens.shape[1]] = r.tokens.numpy()
+        m[:, : r.tokens.shape[1]] = r.mask.numpy()
+        toks.append(t)
+        masks.append(m)
+    return np.concatenate(toks), np.concatenate(masks)
+
+
+def drift_statistics(first_div: np.ndarray, lengths_a: np.ndarray, probe_lengths: list[int]) -> dict:
+    """Distribution of first divergence positions and identical-prefix fractions.
+
+    ``first_div[i]`` is -1 when sequence i is identical in both decodes.  A sequence
+    counts as identical up to length L when it has not diverged before position L."""
+    n = first_div.size
+    diverged = first_div >= 0
+    pos = first_div[diverged]
+    max_len = int(lengths_a.max()) if lengths_a.size else 0
+    curve = [float(((~diverged) | (first_div >= L)).mean()) for L in range(1, max_len + 1)]
+    return {
+        "sequences": int(n),
+        "diverged_fraction": float(diverged.mean()) if n else 0.0,
+        "first_divergence": {
+            "mean": float(pos.mean()) if pos.size else None,
+            "median": float(np.median(pos)) if pos.size else None,
+            "p95": float(np.percentile(pos, 95)) if pos.size else None,
+            "histogram": {str(int(k)): int(v) for k, v in zip(*np.unique(pos, return_counts=True))},
+        },
+        "identical_prefix_fraction": {str(L): float(((~diverged) | (first_div >= L)).mean()) for L in probe_lengths},
+        "identical_prefix_curve": curve,
+    }
+
+
+def mismatch_after_divergence(records, first_div: np.ndarray, metric: str) -> dict:
+    """Share of the summed per-token metric that lies at or after the first divergence."""
+    from .metrics import token_terms
+
+    v = token_terms(records)[metric]
+    fd = first_div[records.seq]
+    after = (fd >= 0) & (records.pos >= fd)
+    total = float(v.sum())
+    return {
+        "metric": metric,
+        "share_after": float(v[after].sum() / total) if total > 0 else None,
+        "tokens_after": int(after.sum()),
+        "tokens_before": int((~after).sum()),
+        "mean_before": float(v[~after].mean()) if (~after).any() else None,
+        "mean_after": float(v[after].mean()) if after.any() else None,
+    }
+
+
+def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
+    """Prefix drift of ``cfg.rollout`` against the BF16 reference engine."""
+    from .metrics import first_divergence
+    from .mismatch import MeasurementSession, compare
+
+    reporter = reporter or NullReporter()
+    t0 = time.perf_counter()
+    session = MeasurementSession(cfg, reporter)
+    rollout = session.rollout
+    session.check_rollout(rollout)
+    if cfg.decode == "greedy":
+        rollout = rollout.model_copy(update={"sampling": rollout.sampling.model_copy(update={"temperature": 0.0})})
+    ref_cfg = rollout.bf16_reference("hf" if rollout.engine == "hf" else rollout.engine)
+    ref = session.measure(ref_cfg, "BF16 reference", (0.0, 0.5), keep=True)
+    m = session.measure(rollout, "rollout config", (0.5, 0.95), keep=True)
+    ta, ma = _stack(m.rollouts)
+    tb, mb = _stack(ref.rollouts)
+    fd = first_divergence(ta, ma, tb, mb)
+    stats = drift_statistics(fd, ma.sum(1), cfg.lengths)
+    after = mismatch_after_divergence(m.records, fd, "k3")
+    body = compare(session, m, ref, "k3", 200)
+    reporter.log(0, {"drift/diverged_fraction": stats["diverged_fraction"],
+                     "drift/share_after": after["share_after"] if after["share_after"] is not None else float("nan")})
+    reporter.progress(1.0, "done")
+    return {
+        "model": cfg.model,
+        "task": session.task,
+        "prompts": len(session.prompt_ids),
+        "decode": cfg.decode,
+        "rollout": rollout.model_dump(mode="json"),
+        **stats,
+        "mismatch_after_divergence": after,
+        "metric": "k3",
+        "value": body["value"],
+        "reference_value": body["reference_value"],
+        "multiple": body["multiple"],
+        "multiple_ci": body["multiple_ci"],
+        "tokens": body["tokens"],
+        "accuracy": m.accuracy,
+        "reference_accuracy": ref.accuracy,
+        "timing": {"total_s": time.perf_counter() - t0},
+    }
