@@ -2,6 +2,7 @@
 
     python -m opdweb.launcher run     # make run: services, migrate, web + workers
     python -m opdweb.launcher test    # make test: services (running ones, else embedded), pytest
+    python -m opdweb.launcher exec -- python benchmarks/bench_traces.py
 
 Ctrl-C (or SIGTERM) stops every process it started, then the embedded servers.
 """
@@ -124,7 +125,9 @@ def run(args) -> int:
         services.stop()
 
 
-def test(args) -> int:
+def with_services(command: list[str]) -> int:
+    """Run ``command`` with DATABASE_URL / REDIS_URL pointing at real servers: those given,
+    else those running on the standard loopback ports, else embedded ones."""
     var = data_dir()
     var.mkdir(parents=True, exist_ok=True)
     services = ensure_services(var, prefer_local=True)
@@ -137,8 +140,8 @@ def test(args) -> int:
             "OPDWEB_DATA_DIR": str(var),
         }
         where = "embedded servers" if services.embedded else f"{services.database_url} and {services.redis_url}"
-        print(f"opdweb: testing against {where}", flush=True)
-        return subprocess.run([sys.executable, "-m", "pytest", *args.pytest_args], env=env, cwd=ROOT).returncode
+        print(f"opdweb: running against {where}", flush=True)
+        return subprocess.run(command, env=env, cwd=ROOT).returncode
     finally:
         services.stop()
 
@@ -151,8 +154,14 @@ def main(argv=None) -> int:
     p_run.add_argument("--port", type=int, default=int(os.environ.get("OPDWEB_PORT", "8000")))
     p_test = sub.add_parser("test", help="run pytest against real services")
     p_test.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    p_exec = sub.add_parser("exec", help="run a command (a benchmark, a shell) against real services")
+    p_exec.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
-    return run(args) if args.command == "run" else test(args)
+    if args.command == "run":
+        return run(args)
+    if args.command == "test":
+        return with_services([sys.executable, "-m", "pytest", *args.pytest_args])
+    return with_services(args.command)
 
 
 if __name__ == "__main__":

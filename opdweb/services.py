@@ -6,6 +6,7 @@ No Django here: the launcher calls this before any settings exist.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import socket
@@ -64,7 +65,12 @@ def start_embedded_postgres(data_dir: Path, db_name: str = EMBEDDED_DB_NAME):
             conn.execute(f'CREATE DATABASE "{db_name}"')
     socket_dir = admin_uri.split("host=", 1)[1].split("&", 1)[0]
     url = f"postgres://postgres@{quote(socket_dir, safe='')}/{db_name}"
-    return url, server.cleanup
+
+    def stop():
+        server.cleanup()
+        atexit.unregister(server._cleanup)  # already done; the library would repeat it at exit
+
+    return url, stop
 
 
 def start_embedded_redis(data_dir: Path):
@@ -89,7 +95,8 @@ def ensure_services(data_dir: Path, *, prefer_local: bool = False) -> Services:
     if not database_url and prefer_local and reachable("127.0.0.1", 5432):
         services.database_url = "postgres://postgres@127.0.0.1:5432/test"
     if not redis_url and prefer_local and reachable("127.0.0.1", 6379):
-        services.redis_url = "redis://127.0.0.1:6379/0"
+        # A database of its own: the tests flush it.
+        services.redis_url = "redis://127.0.0.1:6379/15"
     if not services.database_url:
         services.database_url, stop = start_embedded_postgres(data_dir)
         services._stops.append(stop)

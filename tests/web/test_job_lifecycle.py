@@ -6,7 +6,7 @@ import pytest
 from opdweb.jobs.actions import do_cancel_job, do_reap_stale_jobs, do_submit_job
 from opdweb.jobs.models import Job, JobState
 from opdweb.traces.models import TracePoint, TraceSeries
-from tests.conftest import wait_for
+from tests.web.conftest import wait_for
 from workers.science.selftest import SELFTEST_KEYS, selftest_value
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from opdweb.jobs.models import Job, JobState
 from opdweb.teams.models import Role
-from tests.factories import JobFactory
+from tests.web.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 

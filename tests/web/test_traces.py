@@ -11,7 +11,7 @@ from asgiref.sync import async_to_sync
 from opdweb.traces.models import ROLLUP_BASE, TracePoint, TraceRollup, TraceSeries
 from opdweb.traces.queries import choose_level, downsample
 from opdweb.traces.sink import TraceSink
-from tests.factories import JobFactory
+from tests.web.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -112,7 +112,7 @@ def read_stream(response) -> str:
 
 
 def test_the_export_streams_every_point(client, job):
-    from tests.factories import MembershipFactory
+    from tests.web.factories import MembershipFactory
 
     user = MembershipFactory(team=job.team).user
     client.force_login(user)

@@ -57,7 +57,9 @@ def check_model_path(model: str) -> None:
 
 def load_model(model: str, device: torch.device, dtype: torch.dtype = torch.float32) -> nn.Module:
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     check_model_path(model)
     try:
         m = AutoModelForCausalLM.from_pretrained(model, dtype=dtype)

@@ -19,9 +19,9 @@ from django.conf import settings
 from django.db import connection
 
 from opdweb.services import free_port, reachable
-from tests.factories import MembershipFactory, TeamFactory, UserFactory
+from tests.web.factories import MembershipFactory, TeamFactory, UserFactory
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session", autouse=True)
