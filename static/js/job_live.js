@@ -22,11 +22,28 @@
     document.getElementById("job-message").textContent = job.message || "";
     const err = document.getElementById("job-error");
     if (job.error) { err.hidden = false; err.textContent = job.error; }
-    if (["succeeded", "failed", "cancelled"].includes(job.state)) {
+    const terminal = ["succeeded", "failed", "cancelled"].includes(job.state);
+    if (terminal) {
       const cancel = document.getElementById("cancel");
       if (cancel) cancel.disabled = true;
+      if (root.dataset.terminal !== "1") { root.dataset.terminal = "1"; loadOutcome(); }
     }
     root.dataset.state = job.state;
+  }
+
+  // When the job ends while the page is open: its result and log, without a reload.
+  async function loadOutcome() {
+    const [job, log] = await Promise.all([
+      fetch(`/api/jobs/${jobId}`).then(r => r.json()),
+      fetch(`/api/jobs/${jobId}/log`).then(r => r.json()),
+    ]);
+    document.getElementById("job-log").textContent =
+      log.map(e => `${e.created_at.slice(11, 19)} ${e.level} ${e.message}`).join("\n");
+    if (job.result !== null && job.result !== undefined) {
+      const pre = document.getElementById("job-result");
+      pre.textContent = JSON.stringify(job.result, null, 2);
+      pre.closest("details").hidden = false;
+    }
   }
 
   function chartFor(key) {

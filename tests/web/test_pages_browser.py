@@ -1,0 +1,87 @@
+"""The pages in a real browser (Debian's Chromium driven by Playwright): log in, submit a
+job through the form, watch it stream live to the end, cancel another."""
+import re
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from opdweb.jobs.models import Job, JobState
+from opdweb.traces.models import TraceSeries
+from tests.web.conftest import wait_for
+from tests.web.factories import PASSWORD
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture
+def page(monkeypatch):
+    # Playwright's sync API keeps an event loop on this thread; the ORM calls the tests
+    # make between page actions are ordinary blocking calls, not async code.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        yield context.new_page()
+        browser.close()
+
+
+def log_in(page, base, user):
+    page.goto(f"{base}/jobs/")
+    expect(page).to_have_url(re.compile(r"/login/"))
+    page.fill("input[name=username]", user.username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Jobs")
+
+
+def test_a_member_submits_a_job_and_watches_it_live(member, start_worker, asgi_server, page, tmp_path):
+    user, team = member
+    worker = start_worker()
+    base = f"http://{asgi_server}"
+    log_in(page, base, user)
+
+    page.click("text=New job")
+    page.fill("input[name=name]", "browser smoke")
+    page.fill("textarea[name=config]", '{"steps": 150, "sleep_s": 0.02}')
+    page.click("button:has-text('Submit')")
+    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
+    job = Job.objects.get(name="browser smoke")
+
+    expect(page.locator("#job-state")).to_have_text("succeeded", timeout=60_000)
+    # Both series drawn, and the page holds the last step of each (live or from history).
+    expect(page.locator(".chart")).to_have_count(2)
+    expect(page.locator("#job")).to_have_attribute("data-points", re.compile(r'"selftest/linear":149'), timeout=10_000)
+    assert set(TraceSeries.objects.filter(job=job).values_list("key", flat=True)) == {"selftest/linear", "selftest/square"}
+    # The result and the log arrive without a reload.
+    expect(page.locator("#job-result")).to_contain_text('"steps": 150')
+    expect(page.locator("#job-log")).to_contain_text("succeeded")
+    page.screenshot(path=str(tmp_path / "job.png"), full_page=True)
+
+    # Bad input on the form: a clear message, nothing created.
+    page.goto(f"{base}/jobs/new/")
+    page.fill("textarea[name=config]", '{"steps": "many"}')
+    page.click("button:has-text('Submit')")
+    expect(page.locator(".error")).to_contain_text("steps")
+    assert Job.objects.count() == 1
+
+    # The status page shows the worker.
+    page.goto(f"{base}/status/")
+    expect(page.locator("table.workers")).to_contain_text("w1@test")
+    assert worker.alive()
+
+
+def test_a_member_cancels_a_running_job_from_its_page(member, start_worker, asgi_server, page):
+    user, team = member
+    start_worker()
+    base = f"http://{asgi_server}"
+    log_in(page, base, user)
+    page.goto(f"{base}/jobs/new/")
+    page.fill("textarea[name=config]", '{"steps": 100000, "sleep_s": 0.01}')
+    page.click("button:has-text('Submit')")
+    expect(page.locator("#job-state")).to_have_text("running", timeout=60_000)
+    page.click("#cancel")
+    expect(page.locator("#job-state")).to_have_text("cancelled", timeout=30_000)
+    job = Job.objects.get()
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.CANCELLED, 10, "cancelled in the database")
