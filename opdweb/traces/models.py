@@ -1,16 +1,17 @@
 """Trace storage: one series per (job, key), its points, and a min/max/last pyramid.
 
 Points are keyed by ``(series, step)`` so a replay after a crash cannot duplicate.
-``TraceRollup`` holds, for each level ``L >= 1``, buckets of ``ROLLUP_BASE**L`` steps with
-their min, max and last value; a downsampled read picks the level whose buckets are just
-finer than asked and reads at most ``ROLLUP_BASE * n_buckets`` rows, whatever the length
-of the series.  Every rollup field merges idempotently (least, greatest, latest step), so
+``TraceRollup`` holds, for each level ``L >= 1``, buckets of ``ROLLUP_WIDTHS[L]`` steps
+with their min, max and last value; a downsampled read picks the level whose buckets are
+just finer than asked and reads at most ``16 * n_buckets`` rows, whatever the length of
+the series.  Level 1 starts at 16 steps (not 8) because it is the level every point
+writes: it costs 1/16 of a row per point at ingest.  Every rollup field merges idempotently (least, greatest, latest step), so
 replayed writes leave it unchanged.
 """
 from django.db import models
 
-ROLLUP_BASE = 8
-ROLLUP_LEVELS = 6  # bucket widths 8, 64, 512, 4096, 32768, 262144 steps
+# Bucket width in steps per level; level 0 is the raw points.
+ROLLUP_WIDTHS = (1, 16, 128, 1024, 8192, 65536, 524288)
 
 
 class TraceSeries(models.Model):
@@ -39,7 +40,7 @@ class TraceRollup(models.Model):
     pk = models.CompositePrimaryKey("series", "level", "bucket")
     series = models.ForeignKey(TraceSeries, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+")
     level = models.SmallIntegerField()
-    bucket = models.BigIntegerField(help_text="step // ROLLUP_BASE**level")
+    bucket = models.BigIntegerField(help_text="step // ROLLUP_WIDTHS[level]")
     min = models.FloatField()
     max = models.FloatField()
     last_step = models.BigIntegerField()

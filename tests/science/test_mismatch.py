@@ -1,0 +1,89 @@
+import json
+import math
+
+import pytest
+
+from workers.science.config import ConfigError, MismatchJobConfig, RolloutConfig
+from workers.science.entrypoints import ENTRYPOINTS, run_mismatch
+from workers.science.metrics import TOKEN_METRICS
+from workers.science.reporting import Cancelled, RecordingReporter
+
+
+def job(student, prompts=96, **rollout):
+    return MismatchJobConfig(model=student, rollout=RolloutConfig(**rollout), prompts=prompts, bootstrap=200,
+                             device="cpu", batch_size=48)
+
+
+def test_report_has_the_contract_fields_and_is_json(student):
+    rep = RecordingReporter()
+    r = run_mismatch(job(student, weights="fp8_e4m3", kv_cache="fp8_e4m3"), rep)
+    for key in ("metric", "value", "reference_value", "multiple", "multiple_ci", "tokens", "metrics"):
+        assert key in r
+    assert r["metric"] == "k3" and r["tokens"] > 96
+    for name in TOKEN_METRICS + ("pearson", "ess", "log_ppl_gap", "chi2_seq", "prob_diff_max"):
+        assert r["metrics"][name] is not None, name
+    assert r["multiple"] == pytest.approx(r["value"] / r["reference_value"])
+    lo, hi = r["multiple_ci"]
+    assert lo <= r["multiple"] <= hi
+    assert r["kv_cache"]["capacity_ratio"] == pytest.approx(2.0)
+    json.dumps(r, allow_nan=False)
+    keys = {k for _, k, _ in rep.points}
+    assert {"mismatch/k3", "mismatch/multiple"} <= keys
+    assert rep.progress_calls[-1][0] == 1.0
+
+
+def test_the_bf16_engine_is_exactly_one_x(student):
+    r = run_mismatch(job(student), RecordingReporter())
+    assert r["multiple"] == 1.0 and r["multiple_ci"] == [1.0, 1.0]
+    assert r["value"] > 0  # BF16 against the fp32 trainer is small but not zero
+
+
+def test_staleness_zero_and_keeping_everything_recover_the_bf16_multiple(student):
+    assert run_mismatch(job(student, staleness=0))["multiple"] == 1.0
+    kept = run_mismatch(job(student, weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.1, keep_bf16=[0]))
+    assert kept["multiple"] == 1.0
+
+
+def test_the_multiple_rises_with_sigma(student):
+    multiples = [run_mismatch(job(student, noise_sigma=s))["multiple"] for s in (0.03, 0.1, 0.3)]
+    assert multiples[0] < multiples[1] < multiples[2]
+    assert multiples[2] > 10
+
+
+def test_staleness_increases_mismatch(student):
+    assert run_mismatch(job(student, staleness=4))["multiple"] > 1.5
+
+
+def test_dump_writes_one_line_per_response(student, tmp_path):
+    path = tmp_path / "dump.jsonl"
+    r = run_mismatch(job(student, prompts=20, noise_sigma=0.1), dump_path=path)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert len(lines) == 20
+    assert sum(len(x["token_ids"]) for x in lines) == r["tokens"]
+    for x in lines:
+        assert len(x["token_ids"]) == len(x["logprobs_rollout"]) == len(x["logprobs_trainer"])
+        assert all(lp <= 0 for lp in x["logprobs_rollout"] + x["logprobs_trainer"])
+
+
+def test_it_stops_when_the_reporter_asks(student):
+    with pytest.raises(Cancelled):
+        run_mismatch(job(student, prompts=96, noise_sigma=0.1), RecordingReporter(stop_after_logs=1))
+
+
+def test_missing_model_and_bad_layer_are_config_errors(student, tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        run_mismatch(job(str(tmp_path / "nope")))
+    with pytest.raises(ConfigError, match="out of range"):
+        run_mismatch(job(student, weights="int8", keep_bf16=[3]))
+
+
+def test_entrypoints_registry():
+    assert set(ENTRYPOINTS) == {"mismatch", "sensitivity", "drift"}
+    cls, fn = ENTRYPOINTS["mismatch"]
+    assert cls is MismatchJobConfig and fn is run_mismatch
+
+
+def test_metrics_are_finite(student):
+    r = run_mismatch(job(student, weights="int4", weight_scale="block", block_size=32))
+    assert all(v is None or math.isfinite(v) for v in r["metrics"].values())
+    assert r["multiple"] > 1

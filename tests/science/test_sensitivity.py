@@ -1,0 +1,52 @@
+import pytest
+
+from workers.science.capacity import kv_bytes_per_token, kv_capacity
+from workers.science.config import RolloutConfig, SensitivityJobConfig
+from workers.science.entrypoints import run_sensitivity
+from workers.science.reporting import RecordingReporter
+
+
+def test_kv_capacity_by_hand():
+    conf = {"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 512}
+    # 2 (K,V) * 2 heads * 64 dims * 2 bytes * 4 layers
+    assert kv_bytes_per_token(conf, [None] * 4) == 2 * 2 * 64 * 2 * 4
+    assert kv_capacity(conf, ["fp8_e4m3"] * 4)["capacity_ratio"] == pytest.approx(2.0)
+    # one layer kept in BF16: 4*2 / (3*1 + 2) = 1.6
+    assert kv_capacity(conf, ["fp8_e4m3"] * 3 + [None])["capacity_ratio"] == pytest.approx(8 / 5)
+    assert kv_capacity(conf, [None] * 4)["capacity_ratio"] == 1.0
+
+
+def test_per_layer_ranking_and_recipe(teacher):
+    rep = RecordingReporter()
+    cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.2),
+                               prompts=96, bootstrap=100, target=1.5, device="cpu")
+    r = run_sensitivity(cfg, rep)
+    assert [u["rank"] for u in r["ranking"]] == [1, 2]
+    mults = [u["multiple"] for u in r["ranking"]]
+    assert mults == sorted(mults, reverse=True) and all(m > 1 for m in mults)
+    assert r["multiple"] > 1.5
+    rec = r["recipe"]
+    assert rec["reached"] and rec["multiple"] <= 1.5 and 1 <= len(rec["keep_bf16"]) <= 2
+    # the recipe keeps the most sensitive layers first
+    top = int(r["ranking"][0]["unit"].split()[1])
+    assert rec["keep_bf16"][0] == top
+    # per-layer KV dtypes: each kept layer pulls the ratio below 2x
+    expected = 2 * 2 / (2 - len(rec["keep_bf16"]) + 2 * len(rec["keep_bf16"]))
+    assert rec["kv_cache"]["capacity_ratio"] == pytest.approx(expected)
+    assert r["kv_cache"]["capacity_ratio"] == pytest.approx(2.0)
+    assert "sensitivity/multiple" in {k for _, k, _ in rep.points}
+
+
+def test_a_config_already_under_target_needs_no_recipe(teacher):
+    cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(weights="fp8_e4m3"), prompts=48, bootstrap=0,
+                               target=1e6, device="cpu")
+    assert run_sensitivity(cfg)["recipe"]["keep_bf16"] == []
+
+
+def test_module_units(teacher):
+    cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(kv_cache="fp8_e4m3", weights="int8"), prompts=32,
+                               bootstrap=0, unit="module", device="cpu")
+    r = run_sensitivity(cfg)
+    units = {u["unit"] for u in r["ranking"]}
+    assert "model.layers.0.self_attn.kv_cache" in units and "model.layers.1.mlp.down_proj" in units
+    assert len(units) == 2 * 7 + 2

@@ -1,0 +1,76 @@
+import json
+
+import pytest
+
+from workers.science.tasks import (
+    arithmetic_prompt_set,
+    extract_arithmetic,
+    extract_boxed,
+    extract_gsm8k,
+    load_jsonl_prompt_set,
+    normalize_number,
+)
+
+
+def test_it_generates_the_same_problems_for_the_same_seed():
+    a = arithmetic_prompt_set(50, level=3, seed=1)
+    b = arithmetic_prompt_set(50, level=3, seed=1)
+    c = arithmetic_prompt_set(50, level=3, seed=2)
+    assert a.problems == b.problems and a.problems != c.problems
+
+
+def test_held_out_split_is_disjoint_from_train():
+    train = {p.prompt for p in arithmetic_prompt_set(2000, level=2, seed=0, split="train")}
+    test = {p.prompt for p in arithmetic_prompt_set(500, level=2, seed=0, split="test")}
+    assert train and test and not (train & test)
+
+
+@pytest.mark.parametrize("level,width", [(1, 4), (2, 6), (3, 8)])
+def test_prompts_are_fixed_width_and_answers_correct(level, width):
+    for p in arithmetic_prompt_set(100, level=level, seed=0):
+        assert len(p.prompt) == width
+        a, b = p.prompt[:-1].split("+")
+        assert int(p.answer) == int(a) + int(b)
+
+
+def test_multiplication_level():
+    for p in arithmetic_prompt_set(50, level=4, seed=0):
+        a, b = p.prompt[:-1].split("*")
+        assert int(p.answer) == int(a) * int(b)
+
+
+def test_grading_is_exact_on_reversed_digits():
+    ps = arithmetic_prompt_set(2, level=3, seed=0)
+    right = ps.problems[0].answer[::-1]
+    wrong = str(int(ps.problems[1].answer) + 1)[::-1]
+    assert ps.grade([right, wrong]) == [True, False]
+    assert extract_arithmetic("07") == "70" and extract_arithmetic("7x") is None
+
+
+def test_gsm8k_and_math_extraction():
+    assert extract_gsm8k("so 3 + 4 = 7\n#### 1,234") == "1234"
+    assert extract_gsm8k("the answer is 42.") == "42"
+    assert extract_boxed(r"thus \boxed{\frac{1}{2}} and") == r"\frac{1}{2}"
+    assert extract_boxed(r"\boxed{ 12 } then \boxed{7}") == "7"
+    assert normalize_number("+3.00") == "3"
+
+
+def test_it_loads_gsm8k_and_math_jsonl(tmp_path):
+    g = tmp_path / "gsm.jsonl"
+    g.write_text("\n".join(json.dumps(r) for r in [
+        {"question": "1+1?", "answer": "1+1=2\n#### 2"},
+        {"question": "2*3?", "answer": "#### 6"},
+    ]))
+    ps = load_jsonl_prompt_set(g)
+    assert ps.name.startswith("gsm8k") and [p.answer for p in ps] == ["2", "6"]
+    assert ps.grade(["The answer is 2", "#### 5"]) == [True, False]
+    m = tmp_path / "math.jsonl"
+    m.write_text(json.dumps({"problem": "half?", "solution": r"It is \boxed{\frac{1}{2}}."}) + "\n")
+    ms = load_jsonl_prompt_set(m)
+    assert ms.grade([r"so \boxed{\frac{1}{2}}"]) == [True]
+    with pytest.raises(FileNotFoundError):
+        load_jsonl_prompt_set(tmp_path / "missing.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"x": 1}\n')
+    with pytest.raises(ValueError, match="expected GSM8K"):
+        load_jsonl_prompt_set(bad)
