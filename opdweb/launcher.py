@@ -96,6 +96,7 @@ def run(args) -> int:
         where = "embedded servers under " + str(var) if services.embedded else "the servers in DATABASE_URL / REDIS_URL"
         print(f"opdweb: using {where}", flush=True)
         manage("migrate", "--noinput", "-v", "0", env=env)
+        manage("collectstatic", "--noinput", "-v", "0", env=env)
         manage("bootstrap_demo", env=env)
         host, port = args.host, args.port
         if reachable(host, port):
@@ -147,21 +148,22 @@ def with_services(command: list[str]) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m opdweb.launcher")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # `test` and `exec` pass everything after them through untouched (pytest flags too).
+    if argv and argv[0] == "test":
+        return with_services([sys.executable, "-m", "pytest", *argv[1:]])
+    if argv and argv[0] == "exec":
+        rest = argv[1:][1:] if argv[1:2] == ["--"] else argv[1:]
+        if not rest:
+            print("usage: python -m opdweb.launcher exec [--] COMMAND ...", file=sys.stderr)
+            return 2
+        return with_services(rest)
+    parser = argparse.ArgumentParser(prog="python -m opdweb.launcher", epilog="also: test [PYTEST ARGS], exec [--] COMMAND")
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="services, migrations, web server and workers")
     p_run.add_argument("--host", default=os.environ.get("OPDWEB_HOST", "127.0.0.1"))
     p_run.add_argument("--port", type=int, default=int(os.environ.get("OPDWEB_PORT", "8000")))
-    p_test = sub.add_parser("test", help="run pytest against real services")
-    p_test.add_argument("pytest_args", nargs=argparse.REMAINDER)
-    p_exec = sub.add_parser("exec", help="run a command (a benchmark, a shell) against real services")
-    p_exec.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        return run(args)
-    if args.command == "test":
-        return with_services([sys.executable, "-m", "pytest", *args.pytest_args])
-    return with_services(args.command)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

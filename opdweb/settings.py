@@ -88,7 +88,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(DATA_DIR / "staticfiles")))
 WHITENOISE_USE_FINDERS = True
 
 # A request body above this is refused with 413 before any view runs.

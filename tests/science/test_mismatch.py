@@ -87,3 +87,19 @@ def test_metrics_are_finite(student):
     r = run_mismatch(job(student, weights="int4", weight_scale="block", block_size=32))
     assert all(v is None or math.isfinite(v) for v in r["metrics"].values())
     assert r["multiple"] > 1
+
+
+def test_the_bf16_reference_is_cached_on_disk(student, tmp_path):
+    from workers.science import mismatch
+
+    mismatch._REFERENCE_MEMO.clear()
+    cfg = job(student, prompts=32, weights="fp8_e4m3").model_copy(update={"cache_dir": str(tmp_path)})
+    first = run_mismatch(cfg)
+    assert first["reference_cached"] is False and len(list(tmp_path.glob("bf16-reference-*.npz"))) == 1
+    mismatch._REFERENCE_MEMO.clear()
+    second = run_mismatch(cfg)
+    assert second["reference_cached"] is True
+    assert second["reference_value"] == first["reference_value"] and second["multiple"] == first["multiple"]
+    # a different seed is a different reference
+    other = run_mismatch(cfg.model_copy(update={"seed": 1}))
+    assert other["reference_cached"] is False

@@ -98,6 +98,22 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1, proces
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 
 
+def wait_for_children_to_disconnect(timeout: float = 15) -> None:
+    """A killed child's database session ends a moment after the child; wait for it so
+    the test database can be flushed or dropped."""
+    def alone():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return cursor.fetchone()[0] == 0
+
+    try:
+        wait_for(alone, timeout, "child processes' database sessions to end")
+    except AssertionError:
+        pass  # the database's own message, at teardown, says who is still there
+
+
 @pytest.fixture
 def start_worker(service_env, tmp_path):
     """Start a real Celery worker (solo pool, both queues); waits until it reports in."""
@@ -117,6 +133,7 @@ def start_worker(service_env, tmp_path):
     yield start
     for proc in started:
         proc.stop()
+    wait_for_children_to_disconnect()
 
 
 @pytest.fixture
@@ -128,6 +145,7 @@ def asgi_server(service_env, tmp_path):
     wait_for(lambda: reachable("127.0.0.1", port), 60, "daphne to listen", process=proc)
     yield f"127.0.0.1:{port}"
     proc.stop()
+    wait_for_children_to_disconnect()
 
 
 @pytest.fixture

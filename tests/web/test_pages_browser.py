@@ -3,6 +3,7 @@ job through the form, watch it stream live to the end, cancel another."""
 import re
 
 import pytest
+from django.db import connections
 from playwright.sync_api import expect, sync_playwright
 
 from opdweb.jobs.models import Job, JobState
@@ -24,6 +25,9 @@ def page(monkeypatch):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         yield context.new_page()
+        # With Playwright's loop on this thread, the ORM opened connections of its own
+        # for this context; close them so the test database can be dropped.
+        connections.close_all()
         browser.close()
 
 

@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--out", required=True, help="directory; gets teacher/ and student/")
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
     b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--device", default="cpu", help="cpu | cuda[:N] (training device; the result is the same recipe)")
     b.add_argument("--json", action="store_true")
 
     def job(name: str, help_: str) -> argparse.ArgumentParser:
@@ -139,7 +140,7 @@ def _build(args) -> int:
     torch.set_num_threads(args.threads)
     reporter = ConsoleReporter()
     try:
-        manifest = build_toy_models(args.size, args.out, reporter, force=args.force)
+        manifest = build_toy_models(args.size, args.out, reporter, force=args.force, device=args.device)
     finally:
         reporter.close()
     if args.json:

@@ -44,6 +44,7 @@ class SamplingConfig(_Strict):
     temperature: float = Field(1.0, ge=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(64, ge=1, le=MAX_NEW_TOKENS)
+    ignore_eos: bool = Field(False, description="Keep sampling after EOS (fixed-length rollouts, for benchmarks).")
 
 
 KeepEntry = Union[Annotated[int, Field(ge=0)], str]
@@ -158,6 +159,9 @@ class MismatchJobConfig(_JobConfig):
     metric: MetricName = "k3"
     reference_engine: Engine | None = Field(None, description="Engine of the BF16 unit; default: the rollout's engine.")
     bootstrap: int = Field(1000, ge=0, le=100_000)
+    cache_dir: str | None = Field(
+        None, description="Directory for cached BF16 reference measurements (they repeat for every config)."
+    )
     position_buckets: list[int] = Field(default_factory=lambda: [0, 8, 16, 32, 64, 128, 256, 512, 1024], max_length=64)
 
 

@@ -100,14 +100,24 @@ def _np(x, dtype) -> np.ndarray:
 
 
 def full_vocab_terms(full_roll, full_train) -> tuple[np.ndarray, np.ndarray]:
-    """Per-position KL(roll||train) and TV from full [..., V] log-distributions (torch)."""
-    a = full_roll.double()
-    b = full_train.double()
-    pa = a.exp()
-    kl = (pa * (a - b)).sum(-1)
-    tv = 0.5 * (pa - b.exp()).abs().sum(-1)
-    # Identical rows must give exactly 0; the sums above already do (a - b == 0, pa - pb == 0).
-    return kl.clamp_min(0.0).cpu().numpy(), tv.cpu().numpy()
+    """Per-position KL(roll||train) and TV from full [..., V] log-distributions (torch),
+    computed where the tensors live, in float32, a slab of rows at a time (real vocabularies
+    make [B, L, V] large); identical rows give exactly 0."""
+    a = full_roll.reshape(-1, full_roll.shape[-1])
+    b = full_train.to(a.device).reshape(-1, full_train.shape[-1])
+    kls, tvs = [], []
+    step = max(1, (1 << 26) // max(1, a.shape[-1]))
+    for i in range(0, a.shape[0], step):
+        ai, bi = a[i : i + step].float(), b[i : i + step].float()
+        pa = ai.exp()
+        kls.append((pa * (ai - bi)).sum(-1).clamp_min(0.0).double().cpu())
+        tvs.append((0.5 * (pa - bi.exp()).abs().sum(-1)).double().cpu())
+    shape = tuple(full_roll.shape[:-1])
+    if not kls:
+        return np.zeros(shape), np.zeros(shape)
+    import torch
+
+    return torch.cat(kls).reshape(shape).numpy(), torch.cat(tvs).reshape(shape).numpy()
 
 
 def token_terms(rec: TokenRecords) -> dict[str, np.ndarray]:

@@ -9,6 +9,8 @@ paired bootstrap CI over prompts.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ class Measurement:
     rollouts: list = field(default_factory=list)  # kept only when asked (drift, dumps)
     trainer_scores: list = field(default_factory=list)
     engine_info: dict = field(default_factory=dict)
+    cached: bool = False
 
 
 class MeasurementSession:
@@ -156,6 +159,71 @@ class MeasurementSession:
     def reference_config(self, engine: str | None = None) -> RolloutConfig:
         return self.rollout.bf16_reference(engine)
 
+    # -- the BF16 reference, measured once --------------------------------------------
+    def reference_key(self, cfg: RolloutConfig) -> str:
+        """Everything the reference measurement depends on, including the checkpoint files."""
+        model = Path(self.job.model)
+        stamp = []
+        if model.is_dir():
+            for f in sorted(list(model.glob("*.safetensors")) + list(model.glob("*.bin")) + [model / "config.json"]):
+                st = f.stat()
+                stamp.append((f.name, st.st_size, st.st_mtime_ns))
+        payload = {
+            "model": str(model.resolve()) if model.exists() else self.job.model, "files": stamp, "task": self.task,
+            "prompts": len(self.prompt_ids), "seed": self.job.seed, "rollout": cfg.model_dump(mode="json"),
+            "trainer_dtype": self.job.trainer_dtype, "batch_size": self.job.batch_size, "device": self.device.type,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
+
+    def reference(self, cfg: RolloutConfig, frac: tuple[float, float] = (0.0, 1.0), on_batch=None) -> Measurement:
+        """The BF16 reference measurement, reused from memory or ``cache_dir`` when the model,
+        prompts, seeds and sampling are the same: it is identical for every config."""
+        key = self.reference_key(cfg)
+        if key in _REFERENCE_MEMO:
+            return dataclasses.replace(_REFERENCE_MEMO[key], cached=True)
+        cache_dir = getattr(self.job, "cache_dir", None)
+        path = Path(cache_dir) / f"bf16-reference-{key}.npz" if cache_dir else None
+        if path is not None and path.is_file():
+            m = _load_measurement(path, cfg)
+        else:
+            m = self.measure(cfg, "BF16 reference", frac, on_batch=on_batch)
+            if path is not None:
+                _save_measurement(path, m)
+        _REFERENCE_MEMO[key] = m
+        while len(_REFERENCE_MEMO) > _REFERENCE_MEMO_SIZE:
+            _REFERENCE_MEMO.pop(next(iter(_REFERENCE_MEMO)))
+        return m
+
+
+_REFERENCE_MEMO: dict[str, Measurement] = {}
+_REFERENCE_MEMO_SIZE = 8
+_RECORD_FIELDS = ("lp_roll", "lp_train", "seq", "pos", "kl_full", "tv_full")
+
+
+def _save_measurement(path: Path, m: Measurement) -> None:
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {f: getattr(m.records, f) for f in _RECORD_FIELDS if getattr(m.records, f) is not None}
+    meta = {"n_sequences": m.records.n_sequences, "accuracy": m.accuracy, "sample_seconds": m.sample_seconds,
+            "score_seconds": m.score_seconds, "engine_info": m.engine_info}
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
+    tmp.replace(path)
+
+
+def _load_measurement(path: Path, cfg: RolloutConfig) -> Measurement:
+    import numpy as np
+
+    from .metrics import TokenRecords
+
+    with np.load(path) as z:
+        meta = json.loads(str(z["meta"]))
+        arrays = {f: (z[f] if f in z.files else None) for f in _RECORD_FIELDS}
+    records = TokenRecords(**arrays, n_sequences=meta["n_sequences"])
+    return Measurement("BF16 reference", cfg, records, meta["accuracy"], meta["sample_seconds"],
+                       meta["score_seconds"], engine_info=meta["engine_info"], cached=True)
+
 
 def compare(session: MeasurementSession, m: Measurement, ref: Measurement, metric: str, n_boot: int,
             buckets: list[int] | None = None) -> dict:
@@ -207,7 +275,10 @@ def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_
                 reporter.log(bi, {f"mismatch/{label}_{metric}": v})
         return on_batch
 
-    ref = session.measure(ref_cfg, "BF16 reference", (0.0, 0.45), keep=dump_path is not None, on_batch=trace("reference"))
+    if rollout == ref_cfg and dump_path is not None:
+        ref = session.measure(ref_cfg, "BF16 reference", (0.0, 0.45), keep=True, on_batch=trace("reference"))
+    else:
+        ref = session.reference(ref_cfg, (0.0, 0.45), on_batch=trace("reference"))
     if rollout == ref_cfg:
         m = ref
     else:
@@ -223,6 +294,7 @@ def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_
         trainer_dtype=cfg.trainer_dtype,
         engine=m.engine_info,
         kv_cache=kv_capacity(session.model_config, session.kv_layer_formats(rollout)),
+        reference_cached=ref.cached,
         timing={
             "sample_s": m.sample_seconds if m is not ref else 0.0,
             "score_s": m.score_seconds if m is not ref else 0.0,

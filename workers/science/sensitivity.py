@@ -59,7 +59,8 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
         value, ci = multiple_with_ci(m.records, ref.records, cfg.metric, n_prompts, cfg.bootstrap, seed=cfg.seed)
         return finite_or_none(value), ci
 
-    ref = measure(session.reference_config(cfg.reference_engine), "BF16 reference")
+    step[0] += 1
+    ref = session.reference(session.reference_config(cfg.reference_engine), (0.0, 1 / total))
     full = measure(rollout, "full config")
     full_report = compare(session, full, ref, cfg.metric, cfg.bootstrap)
 

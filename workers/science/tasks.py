@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -88,9 +89,10 @@ def extract_arithmetic(response: str) -> str | None:
     return normalize_number(s[::-1])
 
 
-def _held_out(a: int, b: int) -> bool:
-    # A fixed hash split: ~10% of operand pairs are never used for training.
-    return (a * 7919 + b * 104729) % 10 == 0
+def _held_out(a: int, op: str, b: int) -> bool:
+    # A fixed hash split: ~10% of problems are never used for training.  (A linear rule such
+    # as (p*a + q*b) % 10 would hold out a digit pattern, not a random sample.)
+    return zlib.crc32(f"{a}{op}{b}".encode()) % 10 == 0
 
 
 def arithmetic_problem(rng: random.Random, level: int) -> tuple[int, str, int]:
@@ -118,7 +120,7 @@ def arithmetic_prompt_set(n: int, *, level: int = 3, seed: int = 0, split: str =
         if attempts > 200 * n + 10_000:
             raise ValueError(f"level {level} has too few distinct {split} problems for n={n}")
         a, op, b = arithmetic_problem(rng, level)
-        if _held_out(a, b) != want_held_out and level > 1:
+        if _held_out(a, op, b) != want_held_out and level > 1:
             continue
         digits = ARITHMETIC_LEVELS[level][1] if ARITHMETIC_LEVELS[level][0] != "mix" else 3
         value = a + b if op == "+" else a * b

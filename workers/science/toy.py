@@ -24,7 +24,7 @@ from .tasks import ARITHMETIC_LEVELS, arithmetic_answer_text, arithmetic_prompt_
 
 hide_broken_vision_packages()
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
 CHARS = list("0123456789+-*= ")
 VOCAB = SPECIALS + CHARS
@@ -49,6 +49,7 @@ class ToyRecipe:
     student_steps: int
     batch: int
     lr: float
+    warmup: int = 0
     snapshots: int = 8
     max_positions: int = 64
     seed: int = 0
@@ -60,7 +61,7 @@ RECIPES = {
                       teacher_steps=500, student_steps=80, batch=128, lr=3e-3),
     # minutes on 2 cores: REFERENCE §7's teacher (~0.5M) and student (~0.33M)
     "demo": ToyRecipe(level=5, teacher=ModelShape(128, 3, 2, 256), student=ModelShape(128, 2, 2, 256),
-                      teacher_steps=1250, student_steps=900, batch=256, lr=2e-3),
+                      teacher_steps=1250, student_steps=350, batch=256, lr=1e-3, warmup=100, max_positions=128),
 }
 
 
@@ -113,14 +114,20 @@ def _batch(rng: random.Random, level: int, n: int) -> tuple[torch.Tensor, torch.
     return ids, labels, attn
 
 
-def sft(model, recipe: ToyRecipe, steps: int, seed: int, reporter: Reporter, label: str, frac0: float, frac1: float, ring=None):
-    """AdamW, cosine from ``lr`` to 10% of it, cross-entropy on answer tokens."""
+def sft(model, recipe: ToyRecipe, steps: int, seed: int, reporter: Reporter, label: str, frac0: float, frac1: float, ring=None,
+        device: str = "cpu"):
+    """AdamW, linear warm-up then cosine from ``lr`` to 10% of it, cross-entropy on answer tokens."""
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    def schedule(s: int) -> float:
+        if s < recipe.warmup:
+            return (s + 1) / recipe.warmup
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     model.train()
     for step in range(1, steps + 1):
-        ids, labels, attn = _batch(rng, recipe.level, recipe.batch)
+        ids, labels, attn = (t.to(device) for t in _batch(rng, recipe.level, recipe.batch))
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -138,13 +145,13 @@ def sft(model, recipe: ToyRecipe, steps: int, seed: int, reporter: Reporter, lab
     return model
 
 
-def greedy_accuracy(model_dir: str, level: int, n: int = 500, seed: int = 1234) -> float:
+def greedy_accuracy(model_dir: str, level: int, n: int = 500, seed: int = 1234, device: str = "cpu") -> float:
     """Greedy exact-match accuracy on the held-out split, with the ``hf`` engine."""
     from .config import RolloutConfig, SamplingConfig
     from .engines.hf import HFEngine
 
     ps = arithmetic_prompt_set(n, level=level, seed=seed, split="test")
-    eng = HFEngine(model_dir, RolloutConfig(dtype="fp32"), "cpu")
+    eng = HFEngine(model_dir, RolloutConfig(dtype="fp32"), device)
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=8)
     prompts = [encode(p.prompt) for p in ps]
     texts = []
@@ -162,8 +169,10 @@ def _save(model, tok, out: Path, level: int) -> None:
     (out / TASK_FILE).write_text(json.dumps({"task": f"arithmetic:{level}", "max_new_tokens": 8}))
 
 
-def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = None, force: bool = False) -> dict:
-    """Build (or reuse) the ``size`` toy teacher and student under ``out``; returns the manifest."""
+def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = None, force: bool = False,
+                     device: str = "cpu") -> dict:
+    """Build (or reuse) the ``size`` toy teacher and student under ``out``; returns the manifest.
+    ``device`` only changes speed (a GPU host builds ``demo`` in seconds)."""
     from transformers import Qwen2ForCausalLM
 
     from .engines.hf import SnapshotRing
@@ -184,20 +193,20 @@ def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = Non
     t0 = time.time()
     tok = build_tokenizer()
     torch.manual_seed(recipe.seed)
-    teacher = Qwen2ForCausalLM(qwen2_config(recipe.teacher, recipe.max_positions))
-    sft(teacher, recipe, recipe.teacher_steps, recipe.seed + 1, reporter, "teacher", 0.0, 0.6)
+    teacher = Qwen2ForCausalLM(qwen2_config(recipe.teacher, recipe.max_positions)).to(device)
+    sft(teacher, recipe, recipe.teacher_steps, recipe.seed + 1, reporter, "teacher", 0.0, 0.6, device=device)
     _save(teacher, tok, out / "teacher", recipe.level)
     torch.manual_seed(recipe.seed + 2)
-    student = Qwen2ForCausalLM(qwen2_config(recipe.student, recipe.max_positions))
+    student = Qwen2ForCausalLM(qwen2_config(recipe.student, recipe.max_positions)).to(device)
     ring = SnapshotRing(recipe.snapshots)
-    sft(student, recipe, recipe.student_steps, recipe.seed + 3, reporter, "student", 0.6, 0.95, ring=ring)
+    sft(student, recipe, recipe.student_steps, recipe.seed + 3, reporter, "student", 0.6, 0.95, ring=ring, device=device)
     _save(student, tok, out / "student", recipe.level)
     ring.save(out / "student" / "snapshots")
     reporter.progress(0.97, "evaluating")
     manifest = dict(wanted)
     manifest.update(
-        teacher_accuracy=greedy_accuracy(str(out / "teacher"), recipe.level),
-        student_accuracy=greedy_accuracy(str(out / "student"), recipe.level),
+        teacher_accuracy=greedy_accuracy(str(out / "teacher"), recipe.level, device=device),
+        student_accuracy=greedy_accuracy(str(out / "student"), recipe.level, device=device),
         teacher_params=sum(p.numel() for p in teacher.parameters()),
         student_params=sum(p.numel() for p in student.parameters()),
         build_seconds=round(time.time() - t0, 1),

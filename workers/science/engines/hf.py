@@ -394,7 +394,7 @@ class HFEngine:
             lps[:, t] = torch.where(alive, logp.gather(-1, nxt[:, None]).squeeze(-1), torch.zeros_like(lps[:, t]))
             if fulls is not None:
                 fulls.append(logp)
-            if self.eos_token_id is not None:
+            if self.eos_token_id is not None and not sampling.ignore_eos:
                 done = done | (nxt == self.eos_token_id)
             if bool(done.all()):
                 break
@@ -403,8 +403,8 @@ class HFEngine:
             pos = pos[:, -1:] + 1
         n = t + 1
         full = torch.stack(fulls, dim=1) if fulls is not None else None
-        return Rollouts([list(p) for p in prompt_ids], tokens[:, :n].cpu(), mask[:, :n].cpu(), lps[:, :n].cpu(),
-                        None if full is None else full.cpu())
+        # Full distributions stay on the device: [B, L, V] is large for real vocabularies.
+        return Rollouts([list(p) for p in prompt_ids], tokens[:, :n].cpu(), mask[:, :n].cpu(), lps[:, :n].cpu(), full)
 
     @torch.no_grad()
     def score(self, prompt_ids, tokens: torch.Tensor, mask: torch.Tensor, return_full: bool = False) -> Scores:
@@ -417,7 +417,7 @@ class HFEngine:
         logits = out.logits[:, p - 1 : p - 1 + resp.shape[1], :].float()
         logp = torch.log_softmax(logits, dim=-1)
         lp = logp.gather(-1, resp[..., None]).squeeze(-1) * mask.to(self.device)
-        return Scores(lp.cpu(), logp.cpu() if return_full else None)
+        return Scores(lp.cpu(), logp if return_full else None)
 
     def close(self) -> None:
         self.model = None

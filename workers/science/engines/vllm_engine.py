@@ -3,9 +3,10 @@
 Mapping: ``dtype`` -> ``dtype``; ``weights: fp8_e4m3`` + ``weight_scale: tensor`` +
 ``activations: fp8_e4m3`` -> ``quantization="fp8"`` (vLLM's FP8 is W8A8 with per-tensor
 weight scales and dynamic activation scales; lm_head and embeddings stay BF16);
-``kv_cache`` -> ``kv_cache_dtype`` with ``calculate_kv_scales=True`` (per-tensor scales
-calibrated on the first pass, as the hf engine does).  Everything else is refused with a
-message naming what the installed vLLM cannot run; use the ``hf`` engine for it.
+``kv_cache`` -> ``kv_cache_dtype``.  vLLM 0.32 takes KV scales from the checkpoint (else
+1.0) where the hf engine calibrates them on the prefill, so FP8 KV multiples of the two
+engines are not like for like.  Everything else is refused with a message naming what the
+installed vLLM cannot run; use the ``hf`` engine for it.
 
 The engine core runs in this process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so
 callers need no ``__main__`` guard and daemonic Celery workers can use it; pass
@@ -95,7 +96,6 @@ class VLLMEngine:
             kwargs["quantization"] = "fp8"
         if cfg.kv_cache != "none":
             kwargs["kv_cache_dtype"] = cfg.kv_cache
-            kwargs["calculate_kv_scales"] = True
         self.cfg = cfg
         self.llm = LLM(**kwargs)
         hf_config = self.llm.llm_engine.model_config.hf_config
@@ -109,7 +109,7 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         return SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens,
-                              seed=seed, logprobs=0, **extra)
+                              seed=seed, logprobs=0, ignore_eos=sampling.ignore_eos, **extra)
 
     def sample(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig, seed: int, offset: int = 0,
                return_full: bool = False) -> Rollouts:

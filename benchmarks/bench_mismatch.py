@@ -1,0 +1,109 @@
+"""Mismatch measurement wall time against its floor, measured in the same run.
+
+Floor: bare sampling by the rollout engine (no full distributions) + one trainer scoring
+pass of the same tokens.  Measurement: the same plus full-vocabulary distributions, every
+metric, the bootstrap CI and the report.  Three figures:
+
+* core     - measure() + compare() with the engine already built (what the overhead goal is about)
+* warm     - run_mismatch() end to end with the BF16 reference cached (repeat admission checks)
+* cold     - run_mismatch() end to end, BF16 reference measured too (first check on a model)
+
+    python benchmarks/bench_mismatch.py --model var/toy/demo/student --prompts 256 --max-new-tokens 64
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="var/toy/demo/student")
+    ap.add_argument("--build", choices=["test", "demo"], default=None, help="build toy models first (into var/toy/SIZE)")
+    ap.add_argument("--prompts", type=int, default=256)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--config", default="weights: fp8_e4m3\nkv_cache: fp8_e4m3\n", help="rollout config YAML text")
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from workers.science.config import MismatchJobConfig, RolloutConfig
+    from workers.science.mismatch import MeasurementSession, _REFERENCE_MEMO, compare, run_mismatch
+    from workers.science.toy import build_toy_models
+
+    model = args.model
+    if args.build:
+        build_toy_models(args.build, f"var/toy/{args.build}", device=args.device)
+        model = f"var/toy/{args.build}/student"
+    rollout = RolloutConfig.from_yaml(args.config)
+    rollout = rollout.model_copy(update={"sampling": rollout.sampling.model_copy(update={"ignore_eos": True})})
+    job = MismatchJobConfig(model=model, rollout=rollout, prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+                            batch_size=args.batch_size, device=args.device)
+    session = MeasurementSession(job)
+    cfg = session.rollout
+    engine = session.engine(cfg)
+    ref = session.reference(session.reference_config())
+
+    def sync():
+        if session.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    floors, cores, warms, colds = [], [], [], []
+    tokens = 0
+    for _ in range(args.repeats):
+        sync()
+        t0 = time.perf_counter()
+        for start in range(0, len(session.prompt_ids), job.batch_size):
+            batch = session.prompt_ids[start : start + job.batch_size]
+            r = engine.sample(batch, cfg.sampling, seed=cfg.seed, offset=start, return_full=False)
+            session.trainer.score(batch, r.tokens, r.mask, return_full=False)
+            tokens += int(r.mask.sum()) if _ == 0 else 0
+        sync()
+        floors.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        m = session.measure(cfg, "bench", engine=engine)
+        compare(session, m, ref, job.metric, job.bootstrap, job.position_buckets)
+        sync()
+        cores.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        report = run_mismatch(job)  # BF16 reference from the in-process cache
+        warms.append(time.perf_counter() - t0)
+        assert report["reference_cached"]
+
+        _REFERENCE_MEMO.clear()
+        t0 = time.perf_counter()
+        run_mismatch(job)
+        colds.append(time.perf_counter() - t0)
+
+    med = statistics.median
+    floor = med(floors)
+    out = {
+        "model": model, "device": args.device, "threads": args.threads, "prompts": args.prompts,
+        "max_new_tokens": args.max_new_tokens, "tokens": tokens, "config": rollout.model_dump(mode="json", exclude_defaults=True),
+        "multiple": report["multiple"], "multiple_ci": report["multiple_ci"],
+        "floor_s": round(floor, 3), "core_s": round(med(cores), 3), "warm_end_to_end_s": round(med(warms), 3),
+        "cold_end_to_end_s": round(med(colds), 3),
+        "core_overhead": round(med(cores) / floor - 1, 3),
+        "warm_overhead": round(med(warms) / floor - 1, 3),
+        "cold_overhead": round(med(colds) / floor - 1, 3),
+        "repeats": args.repeats,
+    }
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# GPU host check (minutes): real FP8 (torch._scaled_mm) vs emulated FP8 multiples on the demo
+# student, and the admission measurement's wall time on a random Qwen2.5-1.5B-shaped model.
+# Needs only the host's torch + transformers (+ pydantic, pyyaml, numpy, safetensors); no vLLM,
+# no Django, nothing downloaded.  Results: JSON on stdout and in ${OUT:-.}/gpu_check.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+OUT_DIR=${OUT:-.}
+mkdir -p "$OUT_DIR"
+"$PY" - <<'PYCHECK'
+import importlib, sys
+missing = [m for m in ("torch", "transformers", "pydantic", "yaml", "numpy", "safetensors", "tokenizers")
+           if importlib.util.find_spec(m) is None]
+if missing:
+    sys.exit(f"gpu_check: missing Python modules on this host: {', '.join(missing)}")
+import torch
+if not torch.cuda.is_available():
+    sys.exit("gpu_check: no CUDA device visible")
+print(f"gpu_check: torch {torch.__version__}, {torch.cuda.get_device_name(0)}, capability {torch.cuda.get_device_capability(0)}", file=sys.stderr)
+PYCHECK
+export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+"$PY" benchmarks/gpu_check.py --demo-dir "${DEMO_DIR:-var/toy/demo-gpu}" --out "$OUT_DIR/gpu_check.json" "$@"
