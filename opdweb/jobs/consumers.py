@@ -21,6 +21,7 @@ from opdweb.jobs.live import job_group, state_payload
 from opdweb.jobs.models import Job
 from opdweb.teams.access import has_role
 from opdweb.teams.models import Role
+from opdweb.traces.queries import points_after, series_of
 
 REPLAY_CHUNK = 2000
 
@@ -67,18 +68,16 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
         if not isinstance(after, dict) or not all(isinstance(v, int) for v in after.values()):
             return await self.send_json({"type": "error", "code": 4400, "message": "after must map keys to integer steps"})
         self.sent = {str(k): v for k, v in after.items()}
-        for rows in await self.replay_chunks():
-            await self.send_points(rows)
+        for series_id, key in await database_sync_to_async(series_of)(self.job_id):
+            while True:
+                rows = await database_sync_to_async(points_after)(series_id, self.sent.get(key, -1), REPLAY_CHUNK)
+                if not rows:
+                    break
+                await self.send_points([[key, step, wall, value] for step, wall, value in rows])
         self.resumed = True
         pending, self.pending = self.pending, []
         await self.send_points(pending)
         await self.send_json({"type": "replayed"})
-
-    @database_sync_to_async
-    def replay_chunks(self):
-        from opdweb.traces.queries import iter_points
-
-        return [[list(r) for r in rows] for rows in iter_points(self.job_id, after=self.sent, chunk=REPLAY_CHUNK)]
 
     async def send_points(self, points):
         fresh = []

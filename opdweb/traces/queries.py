@@ -1,7 +1,6 @@
 """Reading traces: downsampled series for charts, full data for export."""
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -98,22 +97,35 @@ def _bucket(acc, out_width: int) -> Bucket:
     return Bucket(index * out_width, (index + 1) * out_width - 1, vmin, vmax, last_step, last_value)
 
 
-def iter_points(job_id: int, keys: list[str] | None = None, after: dict[str, int] | None = None, chunk: int = 5000):
+def iter_points(job_id: int, keys: list[str] | None = None, chunk: int = 5000):
     """Every point of a job as ``(key, step, wall_time, value)`` in (key, step) order,
-    only those after ``after[key]`` where given.  A server-side cursor keeps memory flat
-    for any size; yields lists of up to ``chunk`` rows."""
+    optionally of some keys only.  A server-side cursor keeps memory flat for any size;
+    yields lists of up to ``chunk`` rows."""
     sql = (
         "SELECT s.key, p.step, p.wall_time, p.value FROM traces_tracepoint p "
         "JOIN traces_traceseries s ON s.id = p.series_id "
         "WHERE s.job_id = %s AND (%s::text[] IS NULL OR s.key = ANY(%s::text[])) "
-        "AND p.step > COALESCE((%s::jsonb ->> s.key)::bigint, -1) "
         "ORDER BY s.key, p.step"
     )
-    params = [job_id, keys or None, keys or None, json.dumps(after or {})]
     with transaction.atomic():
         connection.ensure_connection()
         with connection.connection.cursor(name=f"trace_export_{job_id}") as raw:
             raw.itersize = chunk
-            raw.execute(sql, params)
+            raw.execute(sql, [job_id, keys or None, keys or None])
             while rows := raw.fetchmany(chunk):
                 yield rows
+
+
+def series_of(job_id: int) -> list[tuple[int, str]]:
+    return list(TraceSeries.objects.filter(job_id=job_id).order_by("key").values_list("pk", "key"))
+
+
+def points_after(series_id: int, after_step: int, limit: int) -> list[tuple[int, float, float]]:
+    """Up to ``limit`` points of a series with step > ``after_step``, as (step, wall, value):
+    one short keyset page, so a long replay holds neither memory nor a transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT step, wall_time, value FROM traces_tracepoint WHERE series_id = %s AND step > %s ORDER BY step LIMIT %s",
+            [series_id, after_step, limit],
+        )
+        return cursor.fetchall()

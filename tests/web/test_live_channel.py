@@ -97,3 +97,31 @@ def test_it_refuses_an_anonymous_websocket(member, asgi_server):
 
     msg, code = asyncio.run(attempt())
     assert (msg["code"], code) == (4401, 4401)
+
+
+def test_a_late_client_gets_a_long_history_in_pages_exactly_once(member, asgi_server, client):
+    from opdweb.traces.sink import TraceSink
+
+    user, team = member
+    job = JobFactory(team=team, state=JobState.SUCCEEDED)
+    sink = TraceSink(job.pk, publish=False)
+    for step in range(4_500):
+        sink.add(step, {"a": step / 2, "b": -step})
+    sink.flush()
+    cookie = session_cookie(client, user)
+
+    async def replay():
+        got = []
+        async with connect(f"ws://{asgi_server}/ws/jobs/{job.pk}/",
+                           additional_headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}) as ws:
+            await ws.send(json.dumps({"type": "resume", "after": {"a": 999}}))
+            while True:
+                msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=30))
+                if msg["type"] == "replayed":
+                    return got
+                if msg["type"] == "points":
+                    got.extend(msg["points"])
+
+    got = asyncio.run(replay())
+    assert [(p[1], p[3]) for p in got if p[0] == "a"] == [(s, s / 2) for s in range(1000, 4_500)]
+    assert [(p[1], p[3]) for p in got if p[0] == "b"] == [(s, float(-s)) for s in range(4_500)]
