@@ -1,0 +1,71 @@
+"""Server-rendered pages and health, through Django's test client."""
+import pytest
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+
+from opdweb.health.models import WorkerPresence
+from opdweb.traces.sink import TraceSink
+from tests.web.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_every_admin_changelist_and_change_page_loads(client, member):
+    user, team = member
+    job = JobFactory(team=team)
+    sink = TraceSink(job.pk, publish=False)
+    sink.add(0, {"a": 1.0})
+    sink.flush()
+    superuser = get_user_model().objects.create_superuser("root", "root@example.com", "pw-root-123")
+    client.force_login(superuser)
+    for model, model_admin in admin.site._registry.items():
+        meta = model._meta
+        url = f"/admin/{meta.app_label}/{meta.model_name}/"
+        assert client.get(url).status_code == 200, url
+        obj = model.objects.first()
+        if obj is not None:
+            assert client.get(f"{url}{obj.pk}/change/").status_code == 200, url
+
+
+def test_healthz_is_503_without_a_live_worker(client):
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["database"] == "ok" and body["redis"] == "ok" and body["workers"] == []
+
+
+def test_healthz_ignores_a_worker_that_stopped_reporting(client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    old = timezone.now() - timedelta(hours=1)
+    WorkerPresence.objects.create(name="gone@host", hostname="host", pid=1, queues=["gpu"], device="cpu",
+                                  started_at=old, last_seen=old)
+    assert client.get("/healthz").json()["workers"] == []
+
+
+def test_pages_need_a_login(client):
+    for url in ("/jobs/", "/jobs/new/", "/status/"):
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/login/"), url
+
+
+def test_the_status_page_lists_workers_and_queues(client, member):
+    from django.utils import timezone
+
+    user, _ = member
+    WorkerPresence.objects.create(name="gpu0@box", hostname="box", pid=1, queues=["gpu"], device="cuda:0 (NVIDIA H100)",
+                                  started_at=timezone.now(), last_seen=timezone.now())
+    client.force_login(user)
+    page = client.get("/status/").content.decode()
+    assert "gpu0@box" in page and "cuda:0 (NVIDIA H100)" in page and "alive" in page
+    assert "<td>gpu</td>" in page and "<td>cpu</td>" in page
+
+
+def test_another_teams_job_page_is_404(client, member, outsider):
+    _, team = member
+    job = JobFactory(team=team)
+    client.force_login(outsider)
+    assert client.get(f"/jobs/{job.pk}/").status_code == 404
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 404
