@@ -12,6 +12,7 @@ from typing import Callable
 
 from pydantic import BaseModel
 
+from workers.science.config import DriftJobConfig, MismatchJobConfig, SensitivityJobConfig
 from workers.science.selftest import SelftestConfig
 
 
@@ -48,6 +49,38 @@ register(
         resumable=True,
         max_attempts=3,
         description="Emits a known series; proves the job path end to end.",
+    )
+)
+
+
+register(
+    JobKind(
+        name="mismatch",
+        config_model=MismatchJobConfig,
+        entrypoint="workers.science.entrypoints:run_mismatch",
+        queue="gpu",
+        time_limit_s=2 * 3600,
+        description="Admission measurement: the config's mismatch as a multiple of the BF16 engine's.",
+    )
+)
+register(
+    JobKind(
+        name="sensitivity",
+        config_model=SensitivityJobConfig,
+        entrypoint="workers.science.entrypoints:run_sensitivity",
+        queue="gpu",
+        time_limit_s=8 * 3600,
+        description="Per-layer multiples, their ranking, and the smallest keep-BF16 recipe under a target.",
+    )
+)
+register(
+    JobKind(
+        name="drift",
+        config_model=DriftJobConfig,
+        entrypoint="workers.science.entrypoints:run_drift",
+        queue="gpu",
+        time_limit_s=2 * 3600,
+        description="Prefix drift of the config's decodes against the BF16 reference under the same seeds.",
     )
 )
 

@@ -1,0 +1,71 @@
+"""Science job kinds through the whole stack: a real worker runs the admission
+measurement on the toy student and stores its report and traces."""
+import subprocess
+import sys
+
+import pytest
+
+from opdweb.jobs.actions import JobRefused, check_job_config, do_submit_job
+from opdweb.jobs.models import Job, JobState
+from opdweb.traces.models import TraceSeries
+from tests.web.conftest import ROOT, wait_for
+
+
+@pytest.fixture(scope="session")
+def toy_student(tmp_path_factory) -> str:
+    from workers.science.toy import build_toy_models
+
+    out = tmp_path_factory.mktemp("toy") / "test"
+    build_toy_models("test", out)
+    return str(out / "student")
+
+
+def test_the_web_process_never_imports_torch():
+    code = (
+        "import os, sys, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'opdweb.settings'); django.setup();"
+        "import opdweb.urls, opdweb.asgi, opdweb.jobs.kinds;"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'vllm', 'numpy.linalg') if m in sys.modules); print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_science_config_is_validated_before_anything_is_written(db):
+    with pytest.raises(JobRefused) as refused:
+        check_job_config("mismatch", {"model": "x", "rollout": {"dtype": "fp7", "noise_sigma": -1}})
+    fields = {d["field"] for d in refused.value.details}
+    assert {"rollout.dtype", "rollout.noise_sigma"} <= fields
+    assert Job.objects.count() == 0
+
+
+def test_a_worker_runs_an_admission_measurement(member, start_worker, toy_student):
+    user, team = member
+    worker = start_worker()
+    config = {
+        "model": toy_student,
+        "rollout": {"weights": "fp8_e4m3", "weight_scale": "tensor"},
+        "prompts": 16,
+        "max_new_tokens": 8,
+        "bootstrap": 50,
+        "device": "cpu",
+    }
+    job = do_submit_job(team=team, user=user, kind_name="mismatch", config=config)
+    wait_for(lambda: Job.objects.get(pk=job.pk).state in (JobState.SUCCEEDED, JobState.FAILED), 240,
+             "the measurement", process=worker, interval=0.5)
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED, job.traceback
+    report = job.result
+    assert report["metric"] == "k3" and report["tokens"] > 0
+    assert report["multiple"] == pytest.approx(report["value"] / report["reference_value"])
+    assert report["multiple_ci"][0] <= report["multiple"] <= report["multiple_ci"][1]
+    assert TraceSeries.objects.filter(job=job, key__startswith="mismatch/").exists()
+
+
+def test_a_missing_model_path_fails_the_job_with_a_clear_error(member, start_worker, tmp_path):
+    user, team = member
+    worker = start_worker()
+    missing = str(tmp_path / "no-such-model")
+    job = do_submit_job(team=team, user=user, kind_name="mismatch", config={"model": missing, "prompts": 4, "device": "cpu"})
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.FAILED, 120, "the failure", process=worker, interval=0.5)
+    job.refresh_from_db()
+    assert missing in job.error
