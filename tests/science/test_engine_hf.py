@@ -137,3 +137,16 @@ def test_w8a8_uses_emulation_on_cpu_and_scaled_mm_when_forced(student, prompts):
     same = (a.tokens[:, :1] == b.tokens[:, :1]).squeeze(1)
     assert torch.allclose(a.logprobs[same, 0], b.logprobs[same, 0], atol=0.05)
     assert n >= 1
+
+
+def test_a_module_gets_the_same_noise_whatever_else_is_kept(teacher):
+    from workers.science.engines.hf import prepare_rollout_model
+
+    full = prepare_rollout_model(teacher, RolloutConfig(noise_sigma=0.1, dtype="fp32"), torch.device("cpu")).model
+    one = prepare_rollout_model(teacher, RolloutConfig(noise_sigma=0.1, dtype="fp32", keep_bf16=[0]), torch.device("cpu")).model
+    base = prepare_rollout_model(teacher, RolloutConfig(dtype="fp32"), torch.device("cpu")).model
+    name = "model.layers.1.mlp.down_proj"
+    w_full, w_one, w0 = (dict(m.named_modules())[name].weight for m in (full, one, base))
+    assert torch.equal(w_full, w_one) and not torch.equal(w_full, w0)
+    kept = "model.layers.0.mlp.down_proj"
+    assert torch.equal(dict(one.named_modules())[kept].weight, dict(base.named_modules())[kept].weight)

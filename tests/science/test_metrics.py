@@ -130,3 +130,15 @@ def test_first_divergence():
     b = np.array([[1, 2, 3, 4], [1, 9, 3, 0], [5, 6, 7, 0]])
     mb = np.array([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0]], bool)
     assert first_divergence(a, ma, b, mb).tolist() == [-1, 1, 2]
+
+
+def test_reports_are_json_safe_even_when_a_metric_overflows():
+    import json
+
+    from workers.science.metrics import json_safe
+
+    # 300 tokens with d = -5 each: prod r = e^1500 overflows the sequence chi^2
+    rec = records([np.full(300, -6.0)] * 3, [np.full(300, -1.0)] * 3)
+    v = json_safe(metric_values(summarize(rec)))
+    assert v["chi2_seq"] is None and v["k1"] == pytest.approx(-5.0)
+    json.dumps(v, allow_nan=False)

@@ -173,9 +173,11 @@ def _multiple_line(r: dict) -> str:
 
 
 def _table(headers: list[str], rows: list[list]) -> str:
+    text_cols = {i for i in range(len(headers)) if rows and isinstance(rows[0][i], str)}
     cells = [headers] + [[_num(c) if not isinstance(c, str) else c for c in row] for row in rows]
     widths = [max(len(str(row[i])) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in cells]
+    lines = ["  ".join(str(c).ljust(w) if i in text_cols else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -184,7 +186,7 @@ def format_mismatch(r: dict) -> str:
     out = [
         f"model     {r['model']}   task {r['task']}   prompts {r['prompts']}   tokens {r['tokens']} (BF16 reference {r['reference_tokens']})",
         _multiple_line(r),
-        f"accuracy  {_num(r['accuracy'])} (BF16 reference {_num(r['reference_accuracy'])})   "
+        f"accuracy of the sampled responses {_num(r['accuracy'])} (BF16 reference {_num(r['reference_accuracy'])})   "
         f"KV capacity {r['kv_cache']['capacity_ratio']:.2f}x BF16",
         "",
     ]

@@ -73,7 +73,7 @@ def mismatch_after_divergence(records, first_div: np.ndarray, metric: str) -> di
 
 def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
     """Prefix drift of ``cfg.rollout`` against the BF16 reference engine."""
-    from .metrics import first_divergence
+    from .metrics import first_divergence, json_safe
     from .mismatch import MeasurementSession, compare
 
     reporter = reporter or NullReporter()
@@ -92,10 +92,12 @@ def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
     stats = drift_statistics(fd, ma.sum(1), cfg.lengths)
     after = mismatch_after_divergence(m.records, fd, "k3")
     body = compare(session, m, ref, "k3", 200)
-    reporter.log(0, {"drift/diverged_fraction": stats["diverged_fraction"],
-                     "drift/share_after": after["share_after"] if after["share_after"] is not None else float("nan")})
+    point = {"drift/diverged_fraction": stats["diverged_fraction"]}
+    if after["share_after"] is not None:
+        point["drift/share_after"] = after["share_after"]
+    reporter.log(0, point)
     reporter.progress(1.0, "done")
-    return {
+    return json_safe({
         "model": cfg.model,
         "task": session.task,
         "prompts": len(session.prompt_ids),
@@ -112,4 +114,4 @@ def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
         "accuracy": m.accuracy,
         "reference_accuracy": ref.accuracy,
         "timing": {"total_s": time.perf_counter() - t0},
-    }
+    })

@@ -174,7 +174,13 @@ def summarize(rec: TokenRecords) -> dict:
     seq = sequence_terms(rec)
     out["log_ppl_gap"] = _stats(seq["log_ppl_gap"])
     lsr = seq["log_seq_ratio"]
-    out["chi2_seq"] = float(np.exp(np.clip(2 * lsr, -_EXP_CLIP, _EXP_CLIP)).mean() - 1.0) if lsr.size else None
+    # log-sum-exp: the mean of (prod r)^2 overflows float64 (-> inf, None in JSON) only when it truly exceeds ~1e308
+    if lsr.size:
+        top = float((2 * lsr).max())
+        log_mean = top + math.log(float(np.exp(2 * lsr - top).mean()))
+        out["chi2_seq"] = math.expm1(log_mean) if log_mean < 709.0 else math.inf
+    else:
+        out["chi2_seq"] = None
     out["pearson"] = pearson(p_roll, p_train)
     if rec.tokens:
         w = terms["chi2_token"] + 1.0  # r^2
@@ -291,3 +297,17 @@ def finite_or_none(x):
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def json_safe(obj):
+    """The report with every non-finite float replaced by None (recursively), numpy scalars
+    turned into Python numbers: reports go to JSON columns and ``json.dumps(allow_nan=False)``."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    return obj

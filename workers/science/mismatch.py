@@ -257,6 +257,7 @@ def compare(session: MeasurementSession, m: Measurement, ref: Measurement, metri
 def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_path: str | Path | None = None) -> dict:
     """Admission measurement of ``cfg.rollout`` on ``cfg.model``; JSON-serialisable report."""
     from .capacity import kv_capacity
+    from .metrics import json_safe
 
     reporter = reporter or NullReporter()
     t0 = time.perf_counter()
@@ -308,7 +309,7 @@ def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_
     if dump_path is not None:
         write_dump(dump_path, m)
     reporter.progress(1.0, "done")
-    return report
+    return json_safe(report)
 
 
 def write_dump(path: str | Path, m: Measurement) -> int:

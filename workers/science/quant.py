@@ -117,12 +117,13 @@ def kv_scale_from(x: torch.Tensor, fmt: str, granularity: str) -> torch.Tensor:
 
 
 def add_relative_noise(w: torch.Tensor, sigma: float, generator: torch.Generator) -> torch.Tensor:
-    """``w + sigma * rms(w) * N(0, 1)``: noise relative to the tensor's RMS."""
+    """``w + sigma * rms(w) * N(0, 1)``: noise relative to the tensor's RMS.  The noise is
+    drawn on the generator's device (CPU and CUDA streams differ for the same seed)."""
     if sigma == 0:
         return w
     w32 = w.detach().float()
     rms = w32.pow(2).mean().sqrt()
-    noise = torch.randn(w32.shape, generator=generator, dtype=torch.float32)
+    noise = torch.randn(w32.shape, generator=generator, dtype=torch.float32, device=generator.device)
     return w32 + sigma * rms * noise.to(w32.device)
 
 

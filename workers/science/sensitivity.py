@@ -37,7 +37,7 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
     that brings the config under it, and the KV capacity that recipe keeps."""
     from .capacity import kv_capacity
     from .mismatch import MeasurementSession, compare
-    from .metrics import finite_or_none, multiple_with_ci
+    from .metrics import finite_or_none, json_safe, multiple_with_ci
 
     reporter = reporter or NullReporter()
     t0 = time.perf_counter()
@@ -97,7 +97,8 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
                 m = measure(c, f"recipe: keep {mid} in BF16")
                 value, ci = multiple(m, ref)
                 trials[mid] = {"kept": mid, "multiple": value, "multiple_ci": ci}
-                reporter.log(mid, {"sensitivity/recipe_multiple": value if value is not None else float("nan")})
+                if value is not None:
+                    reporter.log(mid, {"sensitivity/recipe_multiple": value})
                 if value is not None and value <= cfg.target:
                     best = mid
                     hi = mid - 1
@@ -117,7 +118,7 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
         recipe["rollout"] = recipe_cfg.model_dump(mode="json")
 
     reporter.progress(1.0, "done")
-    return {
+    return json_safe({
         "metric": cfg.metric,
         "model": cfg.model,
         "task": session.task,
@@ -134,7 +135,7 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
         "recipe": recipe,
         "kv_cache": kv_capacity(session.model_config, session.kv_layer_formats(rollout)),
         "timing": {"total_s": time.perf_counter() - t0, "measurements": step[0]},
-    }
+    })
 
 
 def _metric_mean(m, metric: str):

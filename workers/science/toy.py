@@ -61,7 +61,7 @@ RECIPES = {
                       teacher_steps=500, student_steps=80, batch=128, lr=3e-3),
     # minutes on 2 cores: REFERENCE §7's teacher (~0.5M) and student (~0.33M)
     "demo": ToyRecipe(level=5, teacher=ModelShape(128, 3, 2, 256), student=ModelShape(128, 2, 2, 256),
-                      teacher_steps=1250, student_steps=350, batch=256, lr=1e-3, warmup=100, max_positions=128),
+                      teacher_steps=1250, student_steps=600, batch=256, lr=1e-3, warmup=100, max_positions=128),
 }
 
 
@@ -174,8 +174,11 @@ def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = Non
     """Build (or reuse) the ``size`` toy teacher and student under ``out``; returns the manifest.
     ``device`` only changes speed (a GPU host builds ``demo`` in seconds)."""
     from transformers import Qwen2ForCausalLM
+    from transformers.utils import logging as hf_logging
 
     from .engines.hf import SnapshotRing
+
+    hf_logging.disable_progress_bar()
 
     if size not in RECIPES:
         raise ValueError(f"unknown toy size {size!r}; choose one of {sorted(RECIPES)}")

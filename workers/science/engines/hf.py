@@ -13,17 +13,16 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import ConfigError, RolloutConfig, SamplingConfig
 from ..quant import (
-    FP8_DTYPES,
     add_relative_noise,
     check_block,
     fake_quant_kv,
@@ -245,9 +244,12 @@ def prepare_rollout_model(model_dir: str, cfg: RolloutConfig, device: torch.devi
 
     with torch.no_grad():
         if cfg.noise_sigma > 0:
-            for i, name in enumerate(sorted(targets)):
+            for name in targets:
+                # Seeded by the module's name, so a module gets the same noise whatever else is kept in BF16
+                # (sensitivity measures each unit with exactly the perturbation it has in the full config).
                 lin = linears[name]
-                gen = torch.Generator(device=lin.weight.device).manual_seed(cfg.noise_seed * 1_000_003 + i)
+                seed = (cfg.noise_seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63 - 1)
+                gen = torch.Generator(device=lin.weight.device).manual_seed(seed)
                 lin.weight.copy_(add_relative_noise(lin.weight, cfg.noise_sigma, gen))
         if cfg.weights != "bf16":
             for name in targets:
