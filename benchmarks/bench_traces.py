@@ -69,13 +69,19 @@ def bench_sink(team) -> float:
     return time.perf_counter() - start
 
 
-def bench_raw_copy(team) -> float:
+def empty_series(team, name):
+    """Fresh tables and a job with its KEYS series made up front (the baselines write
+    points only): returns the series ids and each key's values."""
     from opdweb.traces.models import TraceSeries
 
     fresh_tables()
-    job = make_job(team, "raw")
+    job = make_job(team, name)
     ids = [TraceSeries.objects.create(job=job, key=f"bench/key{k}", first_step=0, last_step=STEPS - 1).pk for k in range(KEYS)]
-    rows_per_key = [values(k) for k in range(KEYS)]
+    return ids, [values(k) for k in range(KEYS)]
+
+
+def bench_raw_copy(team) -> float:
+    ids, rows_per_key = empty_series(team, "raw")
     start = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
         with cursor.cursor.copy("COPY traces_tracepoint (series_id, step, wall_time, value) FROM STDIN (FORMAT BINARY)") as copy:
@@ -87,12 +93,9 @@ def bench_raw_copy(team) -> float:
 
 
 def bench_bulk_create(team) -> float:
-    from opdweb.traces.models import TracePoint, TraceSeries
+    from opdweb.traces.models import TracePoint
 
-    fresh_tables()
-    job = make_job(team, "orm")
-    ids = [TraceSeries.objects.create(job=job, key=f"bench/key{k}", first_step=0, last_step=STEPS - 1).pk for k in range(KEYS)]
-    rows_per_key = [values(k) for k in range(KEYS)]
+    ids, rows_per_key = empty_series(team, "orm")
     start = time.perf_counter()
     with transaction.atomic():
         for sid, vals in zip(ids, rows_per_key):
