@@ -13,6 +13,6 @@ urlpatterns = [
     path("jobs/", include("opdweb.jobs.urls")),
     path("status/", health.status_page, name="status"),
     path("healthz", health.healthz, name="healthz"),
-    path("api/", api.urls),
+    path("api/", include(api.urls())),
     path("admin/", admin.site.urls),
 ]

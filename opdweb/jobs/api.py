@@ -1,34 +1,38 @@
-"""Jobs and their traces over the API."""
+"""Jobs and their traces over the API (declared on :data:`opdweb.api.api`)."""
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any, Literal
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from ninja import Field, Query, Router, Schema, Status
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from opdweb.api import api
 from opdweb.jobs.actions import JobRefused, do_cancel_job, do_submit_job
 from opdweb.jobs.kinds import KINDS
 from opdweb.jobs.models import Job
 from opdweb.teams.access import has_role, teams_of
 from opdweb.teams.models import Role
-from opdweb.traces.models import TraceSeries
-from opdweb.traces.queries import downsample
 from opdweb.traces.export import export_response
+from opdweb.traces.models import TraceSeries
+from opdweb.traces.queries import MAX_BUCKETS, downsample
 
-router = Router(tags=["jobs"])
+
+class Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
 
 
-class JobIn(Schema):
+class JobIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     kind: str = Field(..., max_length=40)
     config: dict[str, Any] = Field(default_factory=dict)
     name: str = Field("", max_length=200)
     team: str | None = Field(None, description="team slug; defaults to your only team")
 
 
-class JobOut(Schema):
+class JobOut(Out):
     id: int
     team: str
     kind: str
@@ -48,12 +52,13 @@ class JobOut(Schema):
     error: str
     result: Any
 
-    @staticmethod
-    def resolve_team(job: Job) -> str:
-        return job.team.slug
+    @field_validator("team", mode="before")
+    @classmethod
+    def _team_slug(cls, team):
+        return getattr(team, "slug", team)
 
 
-class KindOut(Schema):
+class KindOut(Out):
     name: str
     description: str
     queue: str
@@ -62,28 +67,47 @@ class KindOut(Schema):
     config_schema: dict[str, Any]
 
 
-class SeriesOut(Schema):
+class SeriesOut(Out):
     key: str
     first_step: int
     last_step: int
 
 
-class DownsampledOut(Schema):
+class DownsampledOut(BaseModel):
     key: str
     level: int
     bucket_steps: int
     buckets: list[list[float]] = Field(..., description="[start, end, min, max, last_step, last] per bucket")
 
 
-class LogEntryOut(Schema):
+class LogEntryOut(Out):
+    id: int
     created_at: datetime
     level: str
     message: str
 
 
-class Problem(Schema):
-    detail: str
-    errors: list[dict] = []
+class JobFilter(BaseModel):
+    kind: str | None = None
+    state: str | None = None
+    limit: int = Field(100, ge=1, le=1000)
+
+
+class LogQuery(BaseModel):
+    after: int = Field(0, ge=0, description="only entries with a larger id")
+    limit: int = Field(500, ge=1, le=5000)
+
+
+class DownsampleQuery(BaseModel):
+    key: str = Field(..., max_length=200)
+    buckets: int = Field(1000, ge=1, le=MAX_BUCKETS)
+    start: int | None = Field(None, ge=0)
+    end: int | None = Field(None, ge=0)
+
+
+class ExportQuery(BaseModel):
+    format: Literal["csv", "jsonl"] = "csv"
+    key: list[str] = Field(default_factory=list, description="only these keys (repeatable)")
 
 
 def visible_job(request, job_id: int, min_role: Role = Role.VIEWER) -> Job:
@@ -96,87 +120,69 @@ def visible_job(request, job_id: int, min_role: Role = Role.VIEWER) -> Job:
     return job
 
 
-@router.get("/kinds", response=list[KindOut])
+@api.route("GET", "kinds", summary="Job kinds and their config schemas", response=list[KindOut])
 def list_kinds(request):
     return [
-        KindOut(
-            name=k.name,
-            description=k.description,
-            queue=k.queue,
-            time_limit_s=k.time_limit_s,
-            resumable=k.resumable,
-            config_schema=k.config_model.model_json_schema(),
-        )
+        KindOut(name=k.name, description=k.description, queue=k.queue, time_limit_s=k.time_limit_s,
+                resumable=k.resumable, config_schema=k.config_model.model_json_schema())
         for k in KINDS.values()
     ]
 
 
-@router.get("/jobs", response=list[JobOut])
-def list_jobs(
-    request,
-    kind: str | None = None,
-    state: str | None = None,
-    limit: int = Query(100, ge=1, le=1000),
-):
+@api.route("GET", "jobs", summary="Jobs of your teams, newest first", query=JobFilter, response=list[JobOut])
+def list_jobs(request, query: JobFilter):
     jobs = Job.objects.filter(team__in=teams_of(request.user)).select_related("team")
-    if kind:
-        jobs = jobs.filter(kind=kind)
-    if state:
-        jobs = jobs.filter(state=state)
-    return jobs[:limit]
+    if query.kind:
+        jobs = jobs.filter(kind=query.kind)
+    if query.state:
+        jobs = jobs.filter(state=query.state)
+    return list(jobs[: query.limit])
 
 
-@router.post("/jobs", response={201: JobOut, 400: Problem, 403: Problem, 413: Problem})
-def submit_job(request, payload: JobIn):
+@api.route("POST", "jobs", summary="Submit a job", body=JobIn, response=JobOut, status=201, errors=(400, 403, 413))
+def submit_job(request, body: JobIn):
     teams = teams_of(request.user, Role.MEMBER)
-    if payload.team:
-        team = teams.filter(slug=payload.team).first()
+    if body.team:
+        team = teams.filter(slug=body.team).first()
         if team is None:
-            raise JobRefused(f"you cannot submit jobs to team {payload.team!r}", status=403)
+            raise JobRefused(f"you cannot submit jobs to team {body.team!r}", status=403)
     else:
         candidates = list(teams[:2])
         if len(candidates) != 1:
-            raise JobRefused("name a team: you may submit to " + (", ".join(t.slug for t in teams) or "no team"), status=400 if candidates else 403)
+            names = ", ".join(t.slug for t in teams) or "no team"
+            raise JobRefused(f"name a team: you may submit to {names}", status=400 if candidates else 403)
         team = candidates[0]
-    job = do_submit_job(team=team, user=request.user, kind_name=payload.kind, config=payload.config, name=payload.name)
-    return Status(201, job)
+    return do_submit_job(team=team, user=request.user, kind_name=body.kind, config=body.config, name=body.name)
 
 
-@router.get("/jobs/{job_id}", response=JobOut)
+@api.route("GET", "jobs/<int:job_id>", summary="One job", response=JobOut, errors=(404,))
 def get_job(request, job_id: int):
     return visible_job(request, job_id)
 
 
-@router.post("/jobs/{job_id}/cancel", response={200: JobOut, 403: Problem, 404: Problem, 409: Problem})
+@api.route("POST", "jobs/<int:job_id>/cancel", summary="Cancel a job", response=JobOut, errors=(403, 404, 409))
 def cancel_job(request, job_id: int):
     return do_cancel_job(visible_job(request, job_id, Role.MEMBER))
 
 
-@router.get("/jobs/{job_id}/log", response=list[LogEntryOut])
-def job_log(request, job_id: int, after: int = 0, limit: int = Query(500, ge=1, le=5000)):
-    job = visible_job(request, job_id)
-    return job.log_entries.filter(id__gt=after)[:limit]
+@api.route("GET", "jobs/<int:job_id>/log", summary="A job's log lines", query=LogQuery, response=list[LogEntryOut], errors=(404,))
+def job_log(request, job_id: int, query: LogQuery):
+    return list(visible_job(request, job_id).log_entries.filter(id__gt=query.after)[: query.limit])
 
 
-@router.get("/jobs/{job_id}/series", response=list[SeriesOut])
+@api.route("GET", "jobs/<int:job_id>/series", summary="A job's trace keys and their step ranges", response=list[SeriesOut], errors=(404,))
 def list_series(request, job_id: int):
-    return TraceSeries.objects.filter(job=visible_job(request, job_id)).order_by("key")
+    return list(TraceSeries.objects.filter(job=visible_job(request, job_id)).order_by("key"))
 
 
-@router.get("/jobs/{job_id}/series/downsampled", response=DownsampledOut)
-def downsampled_series(
-    request,
-    job_id: int,
-    key: str,
-    buckets: int = Query(1000, ge=1, le=5000),
-    start: int | None = None,
-    end: int | None = None,
-):
-    series = get_object_or_404(TraceSeries, job=visible_job(request, job_id), key=key)
-    return downsample(series, buckets, start, end)
+@api.route("GET", "jobs/<int:job_id>/series/downsampled", summary="A series as min / max / last buckets over a step window",
+           query=DownsampleQuery, response=DownsampledOut, errors=(404,))
+def downsampled_series(request, job_id: int, query: DownsampleQuery):
+    series = get_object_or_404(TraceSeries, job=visible_job(request, job_id), key=query.key)
+    return downsample(series, query.buckets, query.start, query.end)
 
 
-@router.get("/jobs/{job_id}/export")
-def export_points(request, job_id: int, format: Literal["csv", "jsonl"] = "csv", key: list[str] = Query(None)):
-    """Every point of the job (or of the given keys), streamed: CSV or JSON lines."""
-    return export_response(visible_job(request, job_id), format, key or None)
+@api.route("GET", "jobs/<int:job_id>/export", summary="Every point of the job (or of some keys), streamed as CSV or JSON lines",
+           query=ExportQuery, errors=(404,))
+def export_points(request, job_id: int, query: ExportQuery):
+    return export_response(visible_job(request, job_id), query.format, query.key or None)

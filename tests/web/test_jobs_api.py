@@ -130,3 +130,29 @@ def test_the_form_shows_a_clear_error_for_bad_json(api):
     assert response.status_code == 400
     assert b"config is not valid JSON" in response.content
     assert Job.objects.count() == 0
+
+
+def test_a_bad_query_parameter_is_a_400_naming_it(api):
+    job = JobFactory(team=api.team)
+    response = api.get(f"/api/jobs/{job.pk}/series/downsampled?key=a&buckets=0")
+    assert response.status_code == 400
+    assert [e["field"] for e in response.json()["errors"]] == ["buckets"]
+    assert api.get("/api/jobs?limit=lots").status_code == 400
+
+
+def test_an_unknown_body_field_and_a_wrong_method_are_refused(api):
+    response = post_json(api, "/api/jobs", {"kind": "selftest", "config": {}, "priority": "urgent"})
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "priority"
+    response = api.delete("/api/jobs")
+    assert response.status_code == 405 and response["Allow"] == "GET, POST"
+    assert Job.objects.count() == 0
+
+
+def test_the_openapi_document_describes_bodies_queries_and_problems(api):
+    schema = api.get("/api/openapi.json").json()
+    post = schema["paths"]["/api/jobs"]["post"]
+    assert set(post["responses"]) == {"201", "400", "401", "403", "413"}
+    body = post["requestBody"]["content"]["application/json"]["schema"]
+    assert set(body["properties"]) == {"kind", "config", "name", "team"}
+    params = {p["name"] for p in schema["paths"]["/api/jobs/{job_id}/series/downsampled"]["get"]["parameters"]}
+    assert params == {"job_id", "key", "buckets", "start", "end"}
