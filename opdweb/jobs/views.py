@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
@@ -32,10 +33,25 @@ def job_list(request):
     return render(request, "jobs/list.html", {"jobs": jobs[:200], "states": JobState.values, "state": state})
 
 
+def example_configs() -> dict[str, dict]:
+    """A starting config per kind for the form; the science kinds point at the toy
+    student that ``make run`` builds under the data directory."""
+    student = str(settings.DATA_DIR / "toy" / "test" / "student")
+    fp8 = {"weights": "fp8_e4m3", "weight_scale": "channel", "kv_cache": "fp8_e4m3"}
+    return {
+        "selftest": {"steps": 200, "sleep_s": 0.05},
+        "mismatch": {"model": student, "rollout": fp8, "prompts": 256, "max_new_tokens": 16, "device": "auto"},
+        "sensitivity": {"model": student, "rollout": fp8, "prompts": 64, "max_new_tokens": 16, "target": 2.0},
+        "drift": {"model": student, "rollout": {"noise_sigma": 0.1}, "prompts": 128, "max_new_tokens": 16},
+    }
+
+
 @login_required
 def job_new(request):
     teams = list(teams_of(request.user, Role.MEMBER))
-    form = {"kind": "selftest", "config": '{"steps": 200, "sleep_s": 0.05}', "name": "", "team": teams[0].slug if teams else ""}
+    examples = example_configs()
+    form = {"kind": "selftest", "config": json.dumps(examples["selftest"], indent=2), "name": "",
+            "team": teams[0].slug if teams else ""}
     error = None
     if request.method == "POST":
         form = {k: request.POST.get(k, "") for k in ("kind", "config", "name", "team")}
@@ -55,7 +71,7 @@ def job_new(request):
             return redirect("jobs:detail", job_id=job.pk)
     else:
         status = 200
-    context = {"form": form, "teams": teams, "kinds": KINDS.values(), "error": error}
+    context = {"form": form, "teams": teams, "kinds": KINDS.values(), "error": error, "examples": examples}
     return render(request, "jobs/new.html", context, status=status if error else 200)
 
 

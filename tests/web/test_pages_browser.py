@@ -70,6 +70,12 @@ def test_a_member_submits_a_job_and_watches_it_live(member, start_worker, asgi_s
     expect(page.locator(".error")).to_contain_text("steps")
     assert Job.objects.count() == 1
 
+    # Choosing another kind offers that kind's example config.
+    page.goto(f"{base}/jobs/new/")
+    page.select_option("select[name=kind]", "mismatch")
+    assert '"model":' in page.input_value("textarea[name=config]")
+    assert "toy/test/student" in page.input_value("textarea[name=config]")
+
     # The status page shows the worker.
     page.goto(f"{base}/status/")
     expect(page.locator("table.workers")).to_contain_text("w1@test")
