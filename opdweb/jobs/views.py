@@ -75,6 +75,16 @@ def job_new(request):
     return render(request, "jobs/new.html", context, status=status if error else 200)
 
 
+def mismatch_summary(result) -> dict | None:
+    """The headline of a mismatch report for people: the multiple with its interval, and
+    every metric beside the BF16 reference's."""
+    if not isinstance(result, dict) or "multiple" not in result:
+        return None
+    metrics, reference = result.get("metrics") or {}, result.get("reference_metrics") or {}
+    rows = [(name, metrics[name], reference.get(name)) for name in sorted(metrics)]
+    return {**result, "rows": rows}
+
+
 @login_required
 def job_detail(request, job_id: int):
     job = _visible_job(request, job_id)
@@ -83,7 +93,8 @@ def job_detail(request, job_id: int):
         request,
         "jobs/detail.html",
         {"job": job, "can_cancel": can_cancel, "config_json": json.dumps(job.config, indent=2),
-         "result_json": json.dumps(job.result, indent=2) if job.result is not None else ""},
+         "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
+         "mismatch": mismatch_summary(job.result)},
     )
 
 

@@ -26,24 +26,10 @@
     if (terminal) {
       const cancel = document.getElementById("cancel");
       if (cancel) cancel.disabled = true;
-      if (root.dataset.terminal !== "1") { root.dataset.terminal = "1"; loadOutcome(); }
+      // The job ended while the page was open: show its result and log as rendered.
+      if (root.dataset.terminal !== "1") { root.dataset.terminal = "1"; location.reload(); }
     }
     root.dataset.state = job.state;
-  }
-
-  // When the job ends while the page is open: its result and log, without a reload.
-  async function loadOutcome() {
-    const [job, log] = await Promise.all([
-      fetch(`/api/jobs/${jobId}`).then(r => r.json()),
-      fetch(`/api/jobs/${jobId}/log`).then(r => r.json()),
-    ]);
-    document.getElementById("job-log").textContent =
-      log.map(e => `${e.created_at.slice(11, 19)} ${e.level} ${e.message}`).join("\n");
-    if (job.result !== null && job.result !== undefined) {
-      const pre = document.getElementById("job-result");
-      pre.textContent = JSON.stringify(job.result, null, 2);
-      pre.closest("details").hidden = false;
-    }
   }
 
   function chartFor(key) {
@@ -55,7 +41,7 @@
     Plotly.newPlot(div, [
       { x: [], y: [], name: "max", mode: "lines", line: { width: 0 }, hoverinfo: "skip", showlegend: false },
       { x: [], y: [], name: "min–max", mode: "lines", fill: "tonexty", line: { width: 0 }, fillcolor: "rgba(31,119,180,0.2)", hoverinfo: "skip" },
-      { x: [], y: [], name: key, mode: "lines", line: { color: "#1f77b4" } },
+      { x: [], y: [], name: key, mode: "lines+markers", marker: { size: 4 }, line: { color: "#1f77b4" } },
     ], { title: { text: key }, margin: { t: 40, r: 10, b: 40, l: 60 }, height: 280, xaxis: { title: { text: "step" } } },
     { responsive: true, displaylogo: false });
     divs[key] = div;
@@ -75,6 +61,7 @@
       });
       lastStep[s.key] = s.last_step;
     }
+    root.dataset.points = JSON.stringify(lastStep);
   }
 
   function queuePoints(points) {

@@ -69,3 +69,15 @@ def test_another_teams_job_page_is_404(client, member, outsider):
     client.force_login(outsider)
     assert client.get(f"/jobs/{job.pk}/").status_code == 404
     assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 404
+
+
+def test_a_mismatch_result_is_summarised_on_its_page(client, member):
+    user, team = member
+    result = {"metric": "k3", "value": 1.44e-4, "reference_value": 2.0e-5, "multiple": 7.2, "multiple_ci": [2.08, 23.17],
+              "tokens": 628, "metrics": {"k3": 1.44e-4, "k1": 3.19e-4}, "reference_metrics": {"k3": 2.0e-5, "k1": -2.51e-4}}
+    job = JobFactory(team=team, kind="mismatch", config={"model": "m"}, state="succeeded", result=result)
+    client.force_login(user)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "7.20×" in page and "[2.08, 23.17]" in page and "628 response tokens" in page
+    assert "<td>k1</td><td>0.000319</td><td>-0.000251</td>" in page
+    assert "k3 0.000144 against 2e-05 for BF16" in page
