@@ -3,15 +3,16 @@
 Points are keyed by ``(series, step)`` so a replay after a crash cannot duplicate.
 ``TraceRollup`` holds, for each level ``L >= 1``, buckets of ``ROLLUP_WIDTHS[L]`` steps
 with their min, max and last value; a downsampled read picks the level whose buckets are
-just finer than asked and reads at most ``16 * n_buckets`` rows, whatever the length of
-the series.  Level 1 starts at 16 steps (not 8) because it is the level every point
-writes: it costs 1/16 of a row per point at ingest.  Every rollup field merges idempotently (least, greatest, latest step), so
+just finer than asked and reads fewer than ``32 * n_buckets`` rows, whatever the length
+of the series.  Level 1 starts at 32 steps because it is the level every point writes:
+it costs 1/32 of a row per point at ingest, while a raw read of under 32 rows per bucket
+stays cheap.  Every rollup field merges idempotently (least, greatest, latest step), so
 replayed writes leave it unchanged.
 """
 from django.db import models
 
 # Bucket width in steps per level; level 0 is the raw points.
-ROLLUP_WIDTHS = (1, 16, 128, 1024, 8192, 65536, 524288)
+ROLLUP_WIDTHS = (1, 32, 256, 2048, 16384, 131072, 1048576)
 
 
 class TraceSeries(models.Model):

@@ -74,20 +74,25 @@ class TraceSink:
 
     def add(self, step: int, values: Mapping[str, float], wall_time: float | None = None) -> None:
         wall = time.time() if wall_time is None else wall_time
+        buffer = self._buffer
         for key, value in values.items():
-            steps, walls, vals = self._buffer.setdefault(key, ([], [], []))
-            steps.append(step)
-            walls.append(wall)
-            vals.append(value)
+            columns = buffer.get(key)
+            if columns is None:  # not setdefault: that would build three lists per point
+                columns = buffer[key] = ([], [], [])
+            columns[0].append(step)
+            columns[1].append(wall)
+            columns[2].append(value)
         self._count += len(values)
         self._maybe_flush()
 
     def add_many(self, key: str, steps, values, wall_times) -> None:
         """Bulk form for imports and benchmarks: one key, parallel sequences."""
-        buf_steps, buf_walls, buf_vals = self._buffer.setdefault(key, ([], [], []))
-        buf_steps.extend(steps)
-        buf_walls.extend(wall_times)
-        buf_vals.extend(values)
+        columns = self._buffer.get(key)
+        if columns is None:
+            columns = self._buffer[key] = ([], [], [])
+        columns[0].extend(steps)
+        columns[1].extend(wall_times)
+        columns[2].extend(values)
         self._count += len(steps)
         self._maybe_flush()
 
