@@ -19,17 +19,11 @@ from django.views.decorators.http import require_GET
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from opdweb.jobs.actions import JobRefused
+from opdweb.validation import field_errors, summary
 
 
 def problem(status: int, detail: str, errors: list | None = None) -> JsonResponse:
     return JsonResponse({"detail": detail, "errors": errors or []}, status=status)
-
-
-def validation_errors(exc: ValidationError) -> list[dict]:
-    return [
-        {"field": ".".join(str(p) for p in err["loc"]) or "(body)", "message": err["msg"]}
-        for err in exc.errors(include_url=False)
-    ]
 
 
 @dataclass
@@ -82,8 +76,8 @@ class Api:
                 }
                 kwargs["query"] = endpoint.query.model_validate(raw)
         except ValidationError as exc:
-            errors = validation_errors(exc)
-            return problem(400, "; ".join(f"{e['field']}: {e['message']}" for e in errors), errors)
+            errors = field_errors(exc, root="(body)")
+            return problem(400, summary(errors), errors)
         try:
             result = endpoint.view(request, **kwargs)
         except JobRefused as exc:

@@ -12,6 +12,7 @@ from django.utils import timezone
 log = logging.getLogger(__name__)
 BEAT_SECONDS = 5.0
 _stop = threading.Event()
+_name: str | None = None
 
 
 def describe_device() -> str:
@@ -45,7 +46,8 @@ def _beat(name: str, queues: list[str], device: str, started) -> None:
 
 
 def start_presence(consumer) -> None:
-    name = consumer.hostname
+    global _name
+    name = _name = consumer.hostname
     queues = sorted(q.name for q in consumer.task_consumer.queues) if consumer.task_consumer else []
     device = describe_device()
     started = timezone.now()
@@ -66,4 +68,14 @@ def start_presence(consumer) -> None:
 
 
 def stop_presence() -> None:
+    """On a clean shutdown the status page shows the worker as stopped, not silent."""
+    from opdweb.health.models import WorkerPresence
+
     _stop.set()
+    if _name is not None:
+        try:
+            WorkerPresence.objects.filter(name=_name).update(stopped=True, last_seen=timezone.now())
+        except Exception:  # noqa: BLE001 - shutting down regardless
+            log.warning("could not mark worker %s stopped", _name, exc_info=True)
+        finally:
+            connection.close()

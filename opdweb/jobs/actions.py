@@ -12,8 +12,9 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from opdweb.jobs import live
-from opdweb.jobs.kinds import JobKind, get_kind
+from opdweb.jobs.kinds import JobKind, UnknownJobKind, get_kind
 from opdweb.jobs.models import Job, JobState
+from opdweb.validation import field_errors, summary
 
 
 class JobRefused(ValueError):
@@ -27,8 +28,6 @@ class JobRefused(ValueError):
 
 def check_job_config(kind_name: str, config) -> tuple[JobKind, dict]:
     """Validate ``config`` against the kind's schema; returns the normalised config."""
-    from opdweb.jobs.kinds import UnknownJobKind
-
     try:
         kind = get_kind(kind_name)
     except UnknownJobKind as exc:
@@ -40,12 +39,8 @@ def check_job_config(kind_name: str, config) -> tuple[JobKind, dict]:
     try:
         model = kind.config_model.model_validate(config)
     except ValidationError as exc:
-        details = [
-            {"field": ".".join(str(p) for p in err["loc"]) or "(config)", "message": err["msg"]}
-            for err in exc.errors(include_url=False)
-        ]
-        summary = "; ".join(f"{d['field']}: {d['message']}" for d in details)
-        raise JobRefused(f"invalid {kind.name} config: {summary}", details=details) from None
+        details = field_errors(exc, root="(config)")
+        raise JobRefused(f"invalid {kind.name} config: {summary(details)}", details=details) from None
     return kind, model.model_dump(mode="json")
 
 

@@ -40,8 +40,6 @@ class JobReporter:
         self._stop = False
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
-        if step < 0:
-            raise ValueError(f"trace steps start at 0, got {step}")
         self.sink.add(step, values)
 
     def progress(self, frac: float, message: str = "") -> None:

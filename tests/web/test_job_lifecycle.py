@@ -46,6 +46,12 @@ def test_it_runs_a_selftest_from_queued_to_succeeded(member, start_worker, clien
     assert health.status_code == 200, health.json()
     assert "w1@test" in health.json()["workers"]
 
+    # A clean shutdown marks the worker stopped.
+    worker.stop()
+    from opdweb.health.models import WorkerPresence
+
+    assert WorkerPresence.objects.get(name="w1@test").stopped
+
 
 def test_it_records_a_failure_with_its_traceback(member, start_worker):
     user, team = member
