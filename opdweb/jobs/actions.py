@@ -96,8 +96,9 @@ def do_cancel_job(job: Job) -> Job:
 
 
 def do_reap_stale_jobs(now=None) -> list[tuple[int, str]]:
-    """Running jobs whose heartbeat stopped: requeue them if their kind can resume and
-    attempts remain, else mark them failed.  Returns ``[(job_id, new_state)]``."""
+    """Running jobs whose heartbeat stopped: a job someone asked to cancel is cancelled;
+    otherwise it is requeued if its kind can resume and attempts remain, else marked
+    failed.  Returns ``[(job_id, new_state)]``."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.JOB_STALE_SECONDS)
     reaped = []
@@ -106,7 +107,12 @@ def do_reap_stale_jobs(now=None) -> list[tuple[int, str]]:
         for job in stale:
             kind = get_kind(job.kind)
             lost = f"worker {job.worker or '?'} lost: no heartbeat since {job.heartbeat_at:%Y-%m-%d %H:%M:%S}Z"
-            if kind.resumable and job.attempts < job.max_attempts and not job.cancel_requested:
+            if job.cancel_requested:
+                job.state = JobState.CANCELLED
+                job.message = f"{lost}; it had been asked to cancel"
+                job.finished_at = now
+                job.save(update_fields=["state", "message", "finished_at"])
+            elif kind.resumable and job.attempts < job.max_attempts:
                 job.state = JobState.QUEUED
                 job.attempts += 1
                 job.message = f"{lost}; requeued (attempt {job.attempts} of {job.max_attempts})"

@@ -113,7 +113,9 @@ def test_the_reaper_fails_a_lost_job_with_no_attempts_left(member):
                              heartbeat_at=stale, worker="gone@host", attempts=3, max_attempts=3)
     fresh = Job.objects.create(team=team, kind="selftest", config={"steps": 5}, state=JobState.RUNNING,
                                heartbeat_at=timezone.now(), worker="alive@host")
-    assert do_reap_stale_jobs() == [(job.pk, JobState.FAILED)]
+    cancelling = Job.objects.create(team=team, kind="selftest", config={"steps": 5}, state=JobState.RUNNING,
+                                    heartbeat_at=stale, worker="gone@host", cancel_requested=True)
+    assert sorted(do_reap_stale_jobs()) == sorted([(job.pk, JobState.FAILED), (cancelling.pk, JobState.CANCELLED)])
     job.refresh_from_db()
     fresh.refresh_from_db()
     assert job.state == JobState.FAILED and "gone@host lost" in job.error
