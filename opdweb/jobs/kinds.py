@@ -2,34 +2,30 @@
 its queue, its time limit, and whether a lost run may be resumed (requeued).
 
 Config schemas are pydantic models that import no torch, so the web process validates
-configs without loading the GPU stack; the entry point is imported only in the worker.
+configs without loading the GPU stack; the science entry points import torch only when
+they run, in the worker.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Callable
 
 from pydantic import BaseModel
 
-from workers.science.config import DriftJobConfig, MismatchJobConfig, SensitivityJobConfig
-from workers.science.selftest import SelftestConfig
+from workers.science.entrypoints import ENTRYPOINTS
+from workers.science.selftest import SelftestConfig, run_selftest
 
 
 @dataclass(frozen=True)
 class JobKind:
     name: str
     config_model: type[BaseModel]
-    entrypoint: str  # "module:function", imported in the worker only
+    run: Callable  # run(config, reporter) -> dict, called in the worker
     queue: str  # "gpu" or "cpu"
     time_limit_s: int
     resumable: bool = False
     max_attempts: int = 1
     description: str = ""
-
-    def load_entrypoint(self) -> Callable:
-        module, _, func = self.entrypoint.partition(":")
-        return getattr(importlib.import_module(module), func)
 
 
 KINDS: dict[str, JobKind] = {}
@@ -43,7 +39,7 @@ register(
     JobKind(
         name="selftest",
         config_model=SelftestConfig,
-        entrypoint="workers.science.selftest:run_selftest",
+        run=run_selftest,
         queue="cpu",
         time_limit_s=3600,
         resumable=True,
@@ -52,37 +48,20 @@ register(
     )
 )
 
-
-register(
-    JobKind(
-        name="mismatch",
-        config_model=MismatchJobConfig,
-        entrypoint="workers.science.entrypoints:run_mismatch",
-        queue="gpu",
-        time_limit_s=2 * 3600,
-        description="Admission measurement: the config's mismatch as a multiple of the BF16 engine's.",
+# The science's own registry names each kind's schema and entry point; here they get a
+# GPU queue and a time limit.  The description is the schema's first docstring line.
+SCIENCE_TIME_LIMITS_S = {"mismatch": 2 * 3600, "sensitivity": 8 * 3600, "drift": 2 * 3600}
+for _name, (_config, _run) in ENTRYPOINTS.items():
+    register(
+        JobKind(
+            name=_name,
+            config_model=_config,
+            run=_run,
+            queue="gpu",
+            time_limit_s=SCIENCE_TIME_LIMITS_S[_name],
+            description=(_config.__doc__ or "").strip().splitlines()[0],
+        )
     )
-)
-register(
-    JobKind(
-        name="sensitivity",
-        config_model=SensitivityJobConfig,
-        entrypoint="workers.science.entrypoints:run_sensitivity",
-        queue="gpu",
-        time_limit_s=8 * 3600,
-        description="Per-layer multiples, their ranking, and the smallest keep-BF16 recipe under a target.",
-    )
-)
-register(
-    JobKind(
-        name="drift",
-        config_model=DriftJobConfig,
-        entrypoint="workers.science.entrypoints:run_drift",
-        queue="gpu",
-        time_limit_s=2 * 3600,
-        description="Prefix drift of the config's decodes against the BF16 reference under the same seeds.",
-    )
-)
 
 
 class UnknownJobKind(ValueError):

@@ -162,7 +162,7 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
     try:
         config = kind.config_model.model_validate(job.config)
         log.info("job %s (%s) attempt %s started on %s", job.pk, job.kind, attempt, job.worker)
-        result = kind.load_entrypoint()(config, reporter)
+        result = kind.run(config, reporter)
         sink.flush()
         log.info("job %s succeeded", job.pk)
         state, outcome = JobState.SUCCEEDED, {"result": result}
