@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, get_origin
 
 from django.http import Http404, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
@@ -158,7 +158,7 @@ class Api:
 
 
 def _is_list(annotation) -> bool:
-    return getattr(annotation, "__origin__", None) is list or "list[" in str(annotation)
+    return get_origin(annotation) is list
 
 
 api = Api(title="opdweb", version="1")
