@@ -142,7 +142,7 @@ def bench_live(team, user, messages: int) -> tuple[float, float, float]:
     from websockets.asyncio.client import connect
 
     from opdweb.jobs import live
-    from opdweb.services import free_port, reachable
+    from opdweb.embedded_servers import free_port, reachable
 
     job = make_job(team, "live")
     session = SessionStore()

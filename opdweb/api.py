@@ -2,8 +2,10 @@
 validation of bodies and query strings, errors as ``{"detail", "errors"}`` with a 4xx,
 and an OpenAPI 3.1 document built from the same declarations (``/api/openapi.json``).
 
-Each endpoint is declared once with :meth:`Api.route`; the declaration drives the
-validation, the response shape and the schema, so they cannot drift apart.
+Each app declares its endpoints once on its own :class:`Routes` (``routes.get(...)``);
+``opdweb/urls.py`` gathers the apps' routes into one :class:`Api`.  The declaration drives
+the validation, the response shape and the schema, so they cannot drift apart.  Nothing
+here knows any app.
 """
 from __future__ import annotations
 
@@ -18,8 +20,7 @@ from django.urls import path
 from django.views.decorators.http import require_GET
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from opdweb.jobs.actions import JobRefused
-from opdweb.validation import field_errors, summary
+from opdweb.refusals import Refused
 
 
 def problem(status: int, detail: str, errors: list | None = None) -> JsonResponse:
@@ -43,10 +44,10 @@ class Endpoint:
         return "/api/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", self.route)
 
 
-class Api:
-    def __init__(self, title: str, version: str):
-        self.title = title
-        self.version = version
+class Routes:
+    """One app's endpoints, declared with :meth:`route`."""
+
+    def __init__(self) -> None:
         self.endpoints: list[Endpoint] = []
 
     def route(self, method: str, route: str, *, summary: str, body=None, query=None, response=None,
@@ -56,6 +57,13 @@ class Api:
             return view
 
         return register
+
+
+class Api:
+    def __init__(self, title: str, version: str, routes: list[Routes]):
+        self.title = title
+        self.version = version
+        self.endpoints = [e for r in routes for e in r.endpoints]
 
     def handle(self, endpoint: Endpoint, request, kwargs) -> HttpResponse:
         if not request.user.is_authenticated:
@@ -76,11 +84,11 @@ class Api:
                 }
                 kwargs["query"] = endpoint.query.model_validate(raw)
         except ValidationError as exc:
-            errors = field_errors(exc, root="(body)")
-            return problem(400, summary(errors), errors)
+            refused = Refused.invalid(exc, "", root="(body)")
+            return problem(400, str(refused), refused.details)
         try:
             result = endpoint.view(request, **kwargs)
-        except JobRefused as exc:
+        except Refused as exc:
             return problem(exc.status, str(exc), exc.details)
         except Http404 as exc:
             return problem(404, str(exc) or "not found")
@@ -160,7 +168,3 @@ class Api:
 def _is_list(annotation) -> bool:
     return get_origin(annotation) is list
 
-
-api = Api(title="opdweb", version="1")
-
-from opdweb.jobs import api as _jobs_api  # noqa: E402,F401 - registers the job endpoints

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from opdweb.services import ensure_services, reachable
+from opdweb.embedded_servers import ensure_services, reachable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,7 +53,7 @@ def visible_gpus() -> list[str]:
 def worker_commands(env: dict) -> list[tuple[list[str], dict]]:
     """One solo-pool worker per GPU on the ``gpu`` queue (or one CPU worker when there is
     no GPU), and one worker for light jobs on ``cpu`` that also runs the reaper schedule."""
-    celery = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "--loglevel", "INFO"]
+    celery = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "--loglevel", "INFO"]
     commands = []
     gpus = visible_gpus()
     for i, gpu in enumerate(gpus):

@@ -3,8 +3,11 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from opdweb.api import api
+from opdweb.api import Api
 from opdweb.health import views as health
+from opdweb.jobs import api as jobs_api
+
+api = Api(title="opdweb", version="1", routes=[jobs_api.routes])
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list"), name="home"),

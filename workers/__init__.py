@@ -1,5 +1,6 @@
-"""opdweb workers: the Celery app (``workers.celery_app``) and the science (``workers.science``).
+"""The science of opdweb (``workers.science``), with no Django anywhere below it.
 
-Importing this package imports nothing heavy: the science never imports Django, and the
-Celery app is only loaded by ``celery -A workers.celery_app``.
+Rollout engines, precision emulation, mismatch metrics, sensitivity, drift, and the one
+registry of job kinds.  It runs from ``python -m workers ...``, from tests, and inside
+the Celery workers, which ``opdweb`` starts and feeds; nothing here imports ``opdweb``.
 """

@@ -1,4 +1,5 @@
-"""Workers announce themselves: a thread in each worker upserts its WorkerPresence row."""
+"""Workers announce themselves: a thread in each worker upserts its WorkerPresence row,
+started and stopped by Celery's worker signals (connected when the app is ready)."""
 from __future__ import annotations
 
 import logging
@@ -6,6 +7,7 @@ import os
 import socket
 import threading
 
+from celery import signals
 from django.db import connection
 from django.utils import timezone
 
@@ -45,7 +47,9 @@ def _beat(name: str, queues: list[str], device: str, started) -> None:
     )
 
 
-def start_presence(consumer) -> None:
+@signals.worker_ready.connect
+def start_presence(sender, **kwargs) -> None:
+    consumer = sender
     global _name
     name = _name = consumer.hostname
     queues = sorted(q.name for q in consumer.task_consumer.queues) if consumer.task_consumer else []
@@ -67,7 +71,8 @@ def start_presence(consumer) -> None:
     threading.Thread(target=loop, daemon=True, name="presence").start()
 
 
-def stop_presence() -> None:
+@signals.worker_shutting_down.connect
+def stop_presence(**kwargs) -> None:
     """On a clean shutdown the status page shows the worker as stopped, not silent."""
     from opdweb.health.models import WorkerPresence
 

@@ -1,5 +1,6 @@
-"""Everything that changes a job's state.  ``check_*`` validates, ``do_*`` changes and
-announces.  Views and tasks call these; nothing else writes ``Job.state``.
+"""What people and the reaper do to jobs.  ``check_*`` validates, ``do_*`` acts and
+announces on the live channel.  The state writes themselves are methods of
+:class:`~opdweb.jobs.models.Job`; the worker's side (claim, finish) is in the runner.
 """
 from __future__ import annotations
 
@@ -12,18 +13,9 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from opdweb.jobs import live
-from opdweb.jobs.kinds import JobKind, UnknownJobKind, get_kind
 from opdweb.jobs.models import Job, JobState
-from opdweb.validation import field_errors, summary
-
-
-class JobRefused(ValueError):
-    """A request about a job that cannot be honoured; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, message: str, status: int = 400, details: list | None = None):
-        super().__init__(message)
-        self.status = status
-        self.details = details or []
+from opdweb.refusals import Refused
+from workers.science.entrypoints import JobKind, UnknownJobKind, get_kind
 
 
 def check_job_config(kind_name: str, config) -> tuple[JobKind, dict]:
@@ -31,16 +23,15 @@ def check_job_config(kind_name: str, config) -> tuple[JobKind, dict]:
     try:
         kind = get_kind(kind_name)
     except UnknownJobKind as exc:
-        raise JobRefused(str(exc)) from None
+        raise Refused(str(exc)) from None
     if not isinstance(config, dict):
-        raise JobRefused("config must be a JSON object")
+        raise Refused("config must be a JSON object")
     if len(json.dumps(config)) > settings.JOB_CONFIG_MAX_BYTES:
-        raise JobRefused(f"config is larger than {settings.JOB_CONFIG_MAX_BYTES} bytes", status=413)
+        raise Refused(f"config is larger than {settings.JOB_CONFIG_MAX_BYTES} bytes", status=413)
     try:
-        model = kind.config_model.model_validate(config)
+        model = kind.config.model_validate(config)
     except ValidationError as exc:
-        details = field_errors(exc, root="(config)")
-        raise JobRefused(f"invalid {kind.name} config: {summary(details)}", details=details) from None
+        raise Refused.invalid(exc, f"invalid {kind.name} config", root="(config)") from None
     return kind, model.model_dump(mode="json")
 
 
@@ -61,7 +52,7 @@ def do_submit_job(*, team, user, kind_name: str, config, name: str = "") -> Job:
 
 def enqueue(job_id: int, attempt: int) -> None:
     """Hand the job to Celery.  Called only after the row is committed."""
-    from workers.celery_app import app
+    from opdweb.celery_app import app
 
     job = Job.objects.only("kind").get(pk=job_id)
     kind = get_kind(job.kind)
@@ -79,18 +70,13 @@ def do_cancel_job(job: Job) -> Job:
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.is_terminal:
-            raise JobRefused(f"job #{job.pk} already {job.state}", status=409)
+            raise Refused(f"job #{job.pk} already {job.state}", status=409)
         if job.state == JobState.QUEUED:
-            job.state = JobState.CANCELLED
-            job.finished_at = timezone.now()
-            job.message = "cancelled before it started"
-            job.save(update_fields=["state", "finished_at", "message"])
+            job.cancel("cancelled before it started")
+        elif job.cancel_requested:
+            raise Refused(f"job #{job.pk} is already being cancelled", status=409)
         else:
-            if job.cancel_requested:
-                raise JobRefused(f"job #{job.pk} is already being cancelled", status=409)
-            job.cancel_requested = True
-            job.message = "cancel requested"
-            job.save(update_fields=["cancel_requested", "message"])
+            job.request_cancel()
     live.publish_state(job)
     return job
 
@@ -108,21 +94,12 @@ def do_reap_stale_jobs(now=None) -> list[tuple[int, str]]:
             kind = get_kind(job.kind)
             lost = f"worker {job.worker or '?'} lost: no heartbeat since {job.heartbeat_at:%Y-%m-%d %H:%M:%S}Z"
             if job.cancel_requested:
-                job.state = JobState.CANCELLED
-                job.message = f"{lost}; it had been asked to cancel"
-                job.finished_at = now
-                job.save(update_fields=["state", "message", "finished_at"])
+                job.cancel(f"{lost}; it had been asked to cancel")
             elif kind.resumable and job.attempts < job.max_attempts:
-                job.state = JobState.QUEUED
-                job.attempts += 1
-                job.message = f"{lost}; requeued (attempt {job.attempts} of {job.max_attempts})"
-                job.save(update_fields=["state", "attempts", "message"])
+                job.requeue(f"{lost}; requeued (attempt {job.attempts + 1} of {job.max_attempts})")
                 transaction.on_commit(lambda pk=job.pk, a=job.attempts: enqueue(pk, a))
             else:
-                job.state = JobState.FAILED
-                job.error = lost
-                job.finished_at = now
-                job.save(update_fields=["state", "error", "finished_at"])
+                job.fail(lost)
             reaped.append((job.pk, job.state))
     for job_id, _ in reaped:
         live.publish_state(Job.objects.get(pk=job_id))

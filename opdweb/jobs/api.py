@@ -1,22 +1,25 @@
-"""Jobs and their traces over the API (declared on :data:`opdweb.api.api`)."""
+"""Jobs and their traces over the API."""
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Literal
 
-from django.http import Http404
 from django.shortcuts import get_object_or_404
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from opdweb.api import api
-from opdweb.jobs.actions import JobRefused, do_cancel_job, do_submit_job
-from opdweb.jobs.kinds import KINDS
+from opdweb.api import Routes
+from opdweb.jobs.access import visible_job
+from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.models import Job
-from opdweb.teams.access import has_role, teams_of
+from opdweb.refusals import Refused
+from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
 from opdweb.traces.export import export_response
 from opdweb.traces.models import TraceSeries
 from opdweb.traces.queries import MAX_BUCKETS, downsample
+from workers.science.entrypoints import KINDS
+
+routes = Routes()
 
 
 class Out(BaseModel):
@@ -110,26 +113,16 @@ class ExportQuery(BaseModel):
     key: list[str] = Field(default_factory=list, description="only these keys (repeatable)")
 
 
-def visible_job(request, job_id: int, min_role: Role = Role.VIEWER) -> Job:
-    """The job, if the user's team role allows; 404 otherwise (never reveal other teams' jobs)."""
-    job = Job.objects.select_related("team").filter(pk=job_id).first()
-    if job is None or not has_role(request.user, job.team_id, Role.VIEWER):
-        raise Http404(f"job #{job_id} not found")
-    if not has_role(request.user, job.team_id, min_role):
-        raise JobRefused(f"your role in team {job.team.slug} cannot do this (needs {min_role.label})", status=403)
-    return job
-
-
-@api.route("GET", "kinds", summary="Job kinds and their config schemas", response=list[KindOut])
+@routes.route("GET", "kinds", summary="Job kinds and their config schemas", response=list[KindOut])
 def list_kinds(request):
     return [
         KindOut(name=k.name, description=k.description, queue=k.queue, time_limit_s=k.time_limit_s,
-                resumable=k.resumable, config_schema=k.config_model.model_json_schema())
+                resumable=k.resumable, config_schema=k.config.model_json_schema())
         for k in KINDS.values()
     ]
 
 
-@api.route("GET", "jobs", summary="Jobs of your teams, newest first", query=JobFilter, response=list[JobOut])
+@routes.route("GET", "jobs", summary="Jobs of your teams, newest first", query=JobFilter, response=list[JobOut])
 def list_jobs(request, query: JobFilter):
     jobs = Job.objects.filter(team__in=teams_of(request.user)).select_related("team")
     if query.kind:
@@ -139,50 +132,50 @@ def list_jobs(request, query: JobFilter):
     return list(jobs[: query.limit])
 
 
-@api.route("POST", "jobs", summary="Submit a job", body=JobIn, response=JobOut, status=201, errors=(400, 403, 413))
+@routes.route("POST", "jobs", summary="Submit a job", body=JobIn, response=JobOut, status=201, errors=(400, 403, 413))
 def submit_job(request, body: JobIn):
     teams = teams_of(request.user, Role.MEMBER)
     if body.team:
         team = teams.filter(slug=body.team).first()
         if team is None:
-            raise JobRefused(f"you cannot submit jobs to team {body.team!r}", status=403)
+            raise Refused(f"you cannot submit jobs to team {body.team!r}", status=403)
     else:
         candidates = list(teams[:2])
         if len(candidates) != 1:
             names = ", ".join(t.slug for t in teams) or "no team"
-            raise JobRefused(f"name a team: you may submit to {names}", status=400 if candidates else 403)
+            raise Refused(f"name a team: you may submit to {names}", status=400 if candidates else 403)
         team = candidates[0]
     return do_submit_job(team=team, user=request.user, kind_name=body.kind, config=body.config, name=body.name)
 
 
-@api.route("GET", "jobs/<int:job_id>", summary="One job", response=JobOut, errors=(404,))
+@routes.route("GET", "jobs/<int:job_id>", summary="One job", response=JobOut, errors=(404,))
 def get_job(request, job_id: int):
-    return visible_job(request, job_id)
+    return visible_job(request.user, job_id)
 
 
-@api.route("POST", "jobs/<int:job_id>/cancel", summary="Cancel a job", response=JobOut, errors=(403, 404, 409))
+@routes.route("POST", "jobs/<int:job_id>/cancel", summary="Cancel a job", response=JobOut, errors=(403, 404, 409))
 def cancel_job(request, job_id: int):
-    return do_cancel_job(visible_job(request, job_id, Role.MEMBER))
+    return do_cancel_job(visible_job(request.user, job_id, Role.MEMBER))
 
 
-@api.route("GET", "jobs/<int:job_id>/log", summary="A job's log lines", query=LogQuery, response=list[LogEntryOut], errors=(404,))
+@routes.route("GET", "jobs/<int:job_id>/log", summary="A job's log lines", query=LogQuery, response=list[LogEntryOut], errors=(404,))
 def job_log(request, job_id: int, query: LogQuery):
-    return list(visible_job(request, job_id).log_entries.filter(id__gt=query.after)[: query.limit])
+    return list(visible_job(request.user, job_id).log_entries.filter(id__gt=query.after)[: query.limit])
 
 
-@api.route("GET", "jobs/<int:job_id>/series", summary="A job's trace keys and their step ranges", response=list[SeriesOut], errors=(404,))
+@routes.route("GET", "jobs/<int:job_id>/series", summary="A job's trace keys and their step ranges", response=list[SeriesOut], errors=(404,))
 def list_series(request, job_id: int):
-    return list(TraceSeries.objects.filter(job=visible_job(request, job_id)).order_by("key"))
+    return list(TraceSeries.objects.filter(job=visible_job(request.user, job_id)).order_by("key"))
 
 
-@api.route("GET", "jobs/<int:job_id>/series/downsampled", summary="A series as min / max / last buckets over a step window",
+@routes.route("GET", "jobs/<int:job_id>/series/downsampled", summary="A series as min / max / last buckets over a step window",
            query=DownsampleQuery, response=DownsampledOut, errors=(404,))
 def downsampled_series(request, job_id: int, query: DownsampleQuery):
-    series = get_object_or_404(TraceSeries, job=visible_job(request, job_id), key=query.key)
+    series = get_object_or_404(TraceSeries, job=visible_job(request.user, job_id), key=query.key)
     return downsample(series, query.buckets, query.start, query.end)
 
 
-@api.route("GET", "jobs/<int:job_id>/export", summary="Every point of the job (or of some keys), streamed as CSV or JSON lines",
+@routes.route("GET", "jobs/<int:job_id>/export", summary="Every point of the job (or of some keys), streamed as CSV or JSON lines",
            query=ExportQuery, errors=(404,))
 def export_points(request, job_id: int, query: ExportQuery):
-    return export_response(visible_job(request, job_id), query.format, query.key or None)
+    return export_response(visible_job(request.user, job_id), query.format, query.key or None)

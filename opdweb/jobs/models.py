@@ -1,6 +1,15 @@
-"""One row per job: admission check, sensitivity scan, calibration, training, selftest."""
+"""One row per job: admission check, sensitivity scan, calibration, training, selftest.
+
+State changes are methods of :class:`Job` (the only code that writes ``state``):
+``queued -> running`` by :meth:`Job.claim`, ``running -> succeeded | failed | cancelled``
+by :meth:`Job.finish`, and the operator's transitions :meth:`cancel`,
+:meth:`request_cancel`, :meth:`requeue` and :meth:`fail`.
+"""
+from __future__ import annotations
+
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
+from django.utils import timezone
 
 
 class JobState(models.TextChoices):
@@ -52,16 +61,65 @@ class Job(models.Model):
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
-    @property
-    def duration_s(self) -> float | None:
-        if self.started_at is None:
-            return None
-        end = self.finished_at
-        if end is None:
-            from django.utils import timezone
+    # -- state changes ------------------------------------------------------------------
+    @classmethod
+    def claim(cls, job_id: int, attempt: int, worker: str) -> Job | None:
+        """Move the job from queued to running on ``worker``, unless this delivery is stale
+        (the job was cancelled, reaped, or requeued as a later attempt)."""
+        with transaction.atomic():
+            job = cls.objects.select_for_update().filter(pk=job_id).first()
+            if job is None or job.state != JobState.QUEUED or job.attempts != attempt:
+                return None
+            now = timezone.now()
+            job.state = JobState.RUNNING
+            job.worker = worker[:200]
+            job.started_at = job.started_at or now
+            job.heartbeat_at = now
+            job.message = f"running on {job.worker}"
+            job.save(update_fields=["state", "worker", "started_at", "heartbeat_at", "message"])
+        return job
 
-            end = timezone.now()
-        return (end - self.started_at).total_seconds()
+    def finish(self, state: JobState, *, result=None, error: str = "", trace: str = "") -> bool:
+        """Record how this attempt ended, unless the reaper already took the job from its
+        worker; returns whether it was recorded."""
+        updated = Job.objects.filter(pk=self.pk, state=JobState.RUNNING, attempts=self.attempts).update(
+            state=state,
+            result=result,
+            error=error[:10_000],
+            traceback=trace,
+            finished_at=timezone.now(),
+            progress=1.0 if state == JobState.SUCCEEDED else self.progress,
+            message={"succeeded": "done", "cancelled": "cancelled", "failed": "failed"}[state],
+        )
+        if updated:
+            self.refresh_from_db()
+        return bool(updated)
+
+    def cancel(self, message: str) -> None:
+        """Cancelled now: a queued job, or a lost one that had been asked to cancel."""
+        self.state = JobState.CANCELLED
+        self.finished_at = timezone.now()
+        self.message = message
+        self.save(update_fields=["state", "finished_at", "message"])
+
+    def request_cancel(self) -> None:
+        """Ask a running job to stop; its reporter's ``should_stop()`` turns true."""
+        self.cancel_requested = True
+        self.message = "cancel requested"
+        self.save(update_fields=["cancel_requested", "message"])
+
+    def requeue(self, message: str) -> None:
+        """Queue the job again as its next attempt (a stale delivery of the old one is ignored)."""
+        self.state = JobState.QUEUED
+        self.attempts += 1
+        self.message = message
+        self.save(update_fields=["state", "attempts", "message"])
+
+    def fail(self, error: str) -> None:
+        self.state = JobState.FAILED
+        self.error = error
+        self.finished_at = timezone.now()
+        self.save(update_fields=["state", "error", "finished_at"])
 
 
 class JobLogEntry(models.Model):

@@ -13,13 +13,13 @@ import traceback as tb
 from typing import Mapping
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from opdweb.jobs import live
-from opdweb.jobs.kinds import get_kind
 from opdweb.jobs.models import Job, JobLogEntry, JobState
 from opdweb.traces.sink import TraceSink
+from workers.science.entrypoints import get_kind
 from workers.science.reporting import Cancelled
 
 log = logging.getLogger(__name__)
@@ -108,44 +108,11 @@ class Heartbeat(threading.Thread):
             connection.close()
 
 
-def claim(job_id: int, attempt: int, worker: str) -> Job | None:
-    """Move the job from queued to running, unless this delivery is stale (the job was
-    cancelled, reaped, or requeued as a later attempt)."""
-    with transaction.atomic():
-        job = Job.objects.select_for_update().filter(pk=job_id).first()
-        if job is None or job.state != JobState.QUEUED or job.attempts != attempt:
-            return None
-        now = timezone.now()
-        job.state = JobState.RUNNING
-        job.worker = worker[:200]
-        job.started_at = job.started_at or now
-        job.heartbeat_at = now
-        job.message = f"running on {job.worker}"
-        job.save(update_fields=["state", "worker", "started_at", "heartbeat_at", "message"])
-    return job
-
-
-def finish(job: Job, state: JobState, *, result=None, error: str = "", trace: str = "") -> None:
-    """Record the end of the job, unless the reaper already took it from this worker."""
-    updated = Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts).update(
-        state=state,
-        result=result,
-        error=error[:10_000],
-        traceback=trace,
-        finished_at=timezone.now(),
-        progress=1.0 if state == JobState.SUCCEEDED else job.progress,
-        message={"succeeded": "done", "cancelled": "cancelled", "failed": "failed"}[state],
-    )
-    if updated:
-        job.refresh_from_db()
-        live.publish_state(job)
-
-
 def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
     """Run attempt ``attempt`` of job ``job_id``; returns the final state, or None if this
     delivery was stale and nothing ran."""
     close_old_connections()
-    job = claim(job_id, attempt, worker or f"{socket.gethostname()}:{os.getpid()}")
+    job = Job.claim(job_id, attempt, worker or f"{socket.gethostname()}:{os.getpid()}")
     if job is None:
         log.info("job %s attempt %s: stale delivery, skipped", job_id, attempt)
         return None
@@ -160,7 +127,7 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
     sink = TraceSink(job.pk)
     reporter = JobReporter(job, sink)
     try:
-        config = kind.config_model.model_validate(job.config)
+        config = kind.config.model_validate(job.config)
         log.info("job %s (%s) attempt %s started on %s", job.pk, job.kind, attempt, job.worker)
         result = kind.run(config, reporter)
         sink.flush()
@@ -184,5 +151,6 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         heartbeat.join(timeout=5)
         root.removeHandler(handler)
         handler.flush_to_db()
-    finish(job, state, **outcome)
+    if job.finish(state, **outcome):
+        live.publish_state(job)
     return state

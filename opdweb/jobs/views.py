@@ -6,22 +6,16 @@ import json
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from opdweb.jobs.actions import JobRefused, do_cancel_job, do_submit_job
-from opdweb.jobs.kinds import KINDS
+from opdweb.jobs.access import visible_job
+from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.models import Job, JobState
-from opdweb.teams.access import has_role, teams_of
+from opdweb.refusals import Refused
+from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
-
-
-def _visible_job(request, job_id: int) -> Job:
-    job = Job.objects.select_related("team", "created_by").filter(pk=job_id).first()
-    if job is None or not has_role(request.user, job.team_id, Role.VIEWER):
-        raise Http404(f"job #{job_id} not found")
-    return job
+from workers.science.entrypoints import KINDS
 
 
 @login_required
@@ -34,16 +28,10 @@ def job_list(request):
 
 
 def example_configs() -> dict[str, dict]:
-    """A starting config per kind for the form; the science kinds point at the toy
-    student that ``make run`` builds under the data directory."""
+    """Each kind's starting config for the form, pointed at the toy student that
+    ``make run`` builds under the data directory."""
     student = str(settings.DATA_DIR / "toy" / "test" / "student")
-    fp8 = {"weights": "fp8_e4m3", "weight_scale": "channel", "kv_cache": "fp8_e4m3"}
-    return {
-        "selftest": {"steps": 200, "sleep_s": 0.05},
-        "mismatch": {"model": student, "rollout": fp8, "prompts": 256, "max_new_tokens": 16, "device": "auto"},
-        "sensitivity": {"model": student, "rollout": fp8, "prompts": 64, "max_new_tokens": 16, "target": 2.0},
-        "drift": {"model": student, "rollout": {"noise_sigma": 0.1}, "prompts": 128, "max_new_tokens": 16},
-    }
+    return {name: kind.example(student) for name, kind in KINDS.items()}
 
 
 @login_required
@@ -58,13 +46,13 @@ def job_new(request):
         team = next((t for t in teams if t.slug == form["team"]), None)
         try:
             if team is None:
-                raise JobRefused("choose a team you can submit to", status=403)
+                raise Refused("choose a team you can submit to", status=403)
             try:
                 config = json.loads(form["config"] or "{}")
             except json.JSONDecodeError as exc:
-                raise JobRefused(f"config is not valid JSON: {exc}") from None
+                raise Refused(f"config is not valid JSON: {exc}") from None
             job = do_submit_job(team=team, user=request.user, kind_name=form["kind"], config=config, name=form["name"])
-        except JobRefused as exc:
+        except Refused as exc:
             error = str(exc)
             status = exc.status
         else:
@@ -87,8 +75,8 @@ def mismatch_summary(result) -> dict | None:
 
 @login_required
 def job_detail(request, job_id: int):
-    job = _visible_job(request, job_id)
-    can_cancel = not job.is_terminal and has_role(request.user, job.team_id, Role.MEMBER)
+    job = visible_job(request.user, job_id)
+    can_cancel = not job.is_terminal and job.viewer_role >= Role.MEMBER
     return render(
         request,
         "jobs/detail.html",
@@ -101,13 +89,9 @@ def job_detail(request, job_id: int):
 @login_required
 @require_POST
 def job_cancel(request, job_id: int):
-    job = _visible_job(request, job_id)
-    if not has_role(request.user, job.team_id, Role.MEMBER):
-        messages.error(request, "viewers cannot cancel jobs")
-    else:
-        try:
-            do_cancel_job(job)
-            messages.info(request, f"cancel of job #{job.pk} requested")
-        except JobRefused as exc:
-            messages.error(request, str(exc))
-    return redirect("jobs:detail", job_id=job.pk)
+    try:
+        job = do_cancel_job(visible_job(request.user, job_id, Role.MEMBER))
+        messages.info(request, f"cancel of job #{job.pk} requested")
+    except Refused as exc:
+        messages.error(request, str(exc))
+    return redirect("jobs:detail", job_id=job_id)

@@ -12,6 +12,7 @@ from workers.science.config import (
     SensitivityJobConfig,
     ValidationError,
     describe_validation_error,
+    validation_problems,
 )
 
 
@@ -70,7 +71,8 @@ def test_it_gives_one_line_per_problem():
 
 def test_it_refuses_bad_regexes_and_negative_layer_indices():
     assert problems("keep_bf16: ['re:(']")[0].startswith("keep_bf16:")
-    assert problems("keep_bf16: [-1]")
+    first = problems("keep_bf16: [-1]")[0]
+    assert first.startswith("keep_bf16.0") and "greater than or equal to 0 (got -1)" in first
 
 
 def test_it_refuses_inconsistent_options():
@@ -85,15 +87,16 @@ def test_it_gives_clear_errors_for_non_mappings_and_missing_files(tmp_path):
         RolloutConfig.from_file(tmp_path / "nope.yaml")
 
 
-def test_job_configs_refuse_huge_requests():
-    with pytest.raises(ValidationError):
-        MismatchJobConfig(model="m", prompts=MAX_PROMPTS + 1)
-    with pytest.raises(ValidationError):
-        MismatchJobConfig(model="m", max_new_tokens=10**6)
-    with pytest.raises(ValidationError):
-        SensitivityJobConfig(model="m", target=-1.0)
-    with pytest.raises(ValidationError):
-        DriftJobConfig(model="m", extra_field=1)
+@pytest.mark.parametrize("config,fields,problem", [
+    (MismatchJobConfig, {"prompts": MAX_PROMPTS + 1}, {"field": "prompts", "message": f"Input should be less than or equal to {MAX_PROMPTS} (got {MAX_PROMPTS + 1})"}),
+    (MismatchJobConfig, {"max_new_tokens": 10**6}, {"field": "max_new_tokens", "message": "Input should be less than or equal to 8192 (got 1000000)"}),
+    (SensitivityJobConfig, {"target": -1.0}, {"field": "target", "message": "Input should be greater than 0 (got -1.0)"}),
+    (DriftJobConfig, {"extra_field": 1}, {"field": "extra_field", "message": "unknown field"}),
+])
+def test_job_configs_refuse_huge_requests(config, fields, problem):
+    with pytest.raises(ValidationError) as exc:
+        config(model="m", **fields)
+    assert validation_problems(exc.value) == [problem]
 
 
 def test_job_applies_its_seed_and_length_to_the_rollout():

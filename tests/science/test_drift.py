@@ -3,7 +3,7 @@ import pytest
 
 from workers.science.config import DriftJobConfig, RolloutConfig
 from workers.science.drift import drift_statistics, mismatch_after_divergence
-from workers.science.entrypoints import run_drift
+from workers.science.drift import run_drift
 from workers.science.metrics import TokenRecords
 
 

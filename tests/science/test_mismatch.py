@@ -4,7 +4,8 @@ import math
 import pytest
 
 from workers.science.config import ConfigError, MismatchJobConfig, RolloutConfig
-from workers.science.entrypoints import ENTRYPOINTS, run_mismatch
+from workers.science.entrypoints import KINDS
+from workers.science.mismatch import run_mismatch
 from workers.science.metrics import TOKEN_METRICS
 from workers.science.reporting import Cancelled, RecordingReporter
 
@@ -77,10 +78,10 @@ def test_missing_model_and_bad_layer_are_config_errors(student, tmp_path):
         run_mismatch(job(student, weights="int8", keep_bf16=[3]))
 
 
-def test_entrypoints_registry():
-    assert set(ENTRYPOINTS) == {"mismatch", "sensitivity", "drift"}
-    cls, fn = ENTRYPOINTS["mismatch"]
-    assert cls is MismatchJobConfig and fn is run_mismatch
+def test_the_registry_names_the_mismatch_kind():
+    kind = KINDS["mismatch"]
+    assert kind.config is MismatchJobConfig and kind.queue == "gpu"
+    assert kind.entry == "workers.science.mismatch:run_mismatch"
 
 
 def test_metrics_are_finite(student):

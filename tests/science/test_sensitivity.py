@@ -2,7 +2,7 @@ import pytest
 
 from workers.science.capacity import kv_bytes_per_token, kv_capacity
 from workers.science.config import RolloutConfig, SensitivityJobConfig
-from workers.science.entrypoints import run_sensitivity
+from workers.science.sensitivity import run_sensitivity
 from workers.science.reporting import RecordingReporter
 
 

@@ -18,7 +18,7 @@ import redis as redis_lib
 from django.conf import settings
 from django.db import connection
 
-from opdweb.services import free_port, reachable
+from opdweb.embedded_servers import free_port, reachable
 from tests.web.factories import MembershipFactory, TeamFactory, UserFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ def start_worker(service_env, tmp_path):
     started: list[Process] = []
 
     def start(name: str = "w1") -> Process:
-        command = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", "gpu,cpu",
+        command = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "-Q", "gpu,cpu",
                    "--pool", "solo", "-n", f"{name}@test", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
         proc = Process(f"worker-{name}", command, service_env, tmp_path)
         started.append(proc)

@@ -5,7 +5,7 @@ from urllib.parse import unquote
 import psycopg
 import redis
 
-from opdweb.services import start_embedded_postgres, start_embedded_redis
+from opdweb.embedded_servers import start_embedded_postgres, start_embedded_redis
 
 
 def connect(url: str) -> psycopg.Connection:

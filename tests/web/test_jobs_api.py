@@ -45,13 +45,15 @@ def test_it_refuses_an_unknown_kind(api):
 
 def test_it_refuses_malformed_json(api):
     response = api.post("/api/jobs", data='{"kind": "selftest", "config": {', content_type="application/json")
-    assert 400 <= response.status_code < 500
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith("request body is not valid JSON")
     assert Job.objects.count() == 0
 
 
 def test_it_refuses_a_config_that_is_not_an_object(api):
     response = post_json(api, "/api/jobs", {"kind": "selftest", "config": [1, 2]})
-    assert 400 <= response.status_code < 500
+    assert response.status_code == 400
+    assert [e["field"] for e in response.json()["errors"]] == ["config"]
     assert Job.objects.count() == 0
 
 

@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from opdweb.jobs.actions import JobRefused, check_job_config, do_submit_job
+from opdweb.jobs.actions import check_job_config, do_submit_job
+from opdweb.refusals import Refused
 from opdweb.jobs.models import Job, JobState
 from opdweb.traces.models import TraceSeries
 from tests.web.conftest import ROOT, wait_for
@@ -23,7 +24,7 @@ def toy_student(tmp_path_factory) -> str:
 def test_the_web_process_never_imports_torch():
     code = (
         "import os, sys, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'opdweb.settings'); django.setup();"
-        "import opdweb.urls, opdweb.asgi, opdweb.jobs.kinds;"
+        "import opdweb.urls, opdweb.asgi, opdweb.celery_app, opdweb.jobs.tasks, workers.science.entrypoints;"
         "heavy = sorted(m for m in ('torch', 'transformers', 'vllm', 'numpy.linalg') if m in sys.modules); print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
@@ -31,7 +32,7 @@ def test_the_web_process_never_imports_torch():
 
 
 def test_a_science_config_is_validated_before_anything_is_written(db):
-    with pytest.raises(JobRefused) as refused:
+    with pytest.raises(Refused) as refused:
         check_job_config("mismatch", {"model": "x", "rollout": {"dtype": "fp7", "noise_sigma": -1}})
     fields = {d["field"] for d in refused.value.details}
     assert {"rollout.dtype", "rollout.noise_sigma"} <= fields

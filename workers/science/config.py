@@ -148,10 +148,6 @@ class _JobConfig(_Strict):
             sampling = sampling.model_copy(update={"max_new_tokens": self.max_new_tokens})
         return self.rollout.model_copy(update={"sampling": sampling, "seed": self.seed})
 
-    @classmethod
-    def from_yaml(cls, text: str):
-        return cls.model_validate(_load_yaml_mapping(text, "job config"))
-
 
 class MismatchJobConfig(_JobConfig):
     """Admission measurement: the config's multiple of the BF16 engine's mismatch."""
@@ -199,20 +195,28 @@ def _load_yaml_mapping(text: str, what: str) -> dict:
     return data
 
 
-def describe_validation_error(exc: ValidationError) -> list[str]:
-    """One human line per problem, e.g. ``rollout.noise_sigma: must be >= 0 (got -0.1)``."""
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(part) for part in err["loc"] if not str(part).startswith("function-after")) or "config"
+_SHOW_INPUT = {"literal_error", "greater_than_equal", "less_than_equal", "greater_than", "less_than"}
+
+
+def validation_problems(exc: ValidationError, root: str = "config") -> list[dict]:
+    """One ``{"field": "rollout.noise_sigma", "message": "must be >= 0 (got -0.1)"}`` per
+    problem; ``root`` names a problem with the whole object.  The CLI prints these, the web
+    answers them as a 400's ``errors``."""
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in err["loc"] if not str(part).startswith("function-after")) or root
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "literal_error":
-            msg = f"{msg} (got {err.get('input')!r})"
-        elif err["type"] in {"greater_than_equal", "less_than_equal", "greater_than", "less_than"}:
+        if err["type"] in _SHOW_INPUT:
             msg = f"{msg} (got {err.get('input')!r})"
         elif err["type"] == "extra_forbidden":
             msg = "unknown field"
-        lines.append(f"{loc}: {msg}")
-    return lines
+        problems.append({"field": loc, "message": msg})
+    return problems
+
+
+def describe_validation_error(exc: ValidationError) -> list[str]:
+    """One human line per problem, e.g. ``rollout.noise_sigma: must be >= 0 (got -0.1)``."""
+    return [f"{p['field']}: {p['message']}" for p in validation_problems(exc)]
 
 
 __all__ = [
@@ -224,4 +228,5 @@ __all__ = [
     "SensitivityJobConfig",
     "ValidationError",
     "describe_validation_error",
+    "validation_problems",
 ]

@@ -1,41 +1,125 @@
-"""The science's public entry points, one place for the CLI and the Celery tasks.
+"""The one registry of job kinds, read by the web process, the Celery worker and the CLI.
 
-``ENTRYPOINTS[kind] = (ConfigClass, function)``; every function is
-``function(config, reporter) -> dict`` (JSON-serialisable) and raises
-:class:`~workers.science.config.ConfigError` for configs that cannot run and
-:class:`~workers.science.reporting.Cancelled` when the reporter asks to stop.
-Importing this module does not import torch.
+A kind is declared once, here: its name, config schema, entry point, queue, time limit,
+whether a lost run may resume, an example config and the formatter of its report.
+Adding a kind means adding one :func:`register` call.
+
+Every entry point is ``function(config, reporter, **options) -> dict`` (JSON-serialisable);
+it raises :class:`~workers.science.config.ConfigError` for configs that cannot run and
+:class:`~workers.science.reporting.Cancelled` when the reporter asks to stop.  Entry points
+are named as ``"module:function"`` and imported only when a job runs, so importing this
+module imports no torch.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
 
-from .config import ConfigError, DriftJobConfig, MismatchJobConfig, SensitivityJobConfig
+from pydantic import BaseModel
+
+from .config import DriftJobConfig, MismatchJobConfig, SensitivityJobConfig
+from .formatting import format_drift, format_mismatch, format_sensitivity
 from .reporting import Reporter
+from .selftest import SelftestConfig
 
 
-def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, **kwargs: Any) -> dict:
-    from .mismatch import run_mismatch as impl
+@dataclass(frozen=True)
+class CliOption:
+    """A command-line option of a kind that is not a config field (e.g. a local dump
+    file): ``--name`` is passed to the entry point as the keyword ``dest``."""
 
-    return impl(cfg, reporter, **kwargs)
-
-
-def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None) -> dict:
-    from .sensitivity import run_sensitivity as impl
-
-    return impl(cfg, reporter)
+    name: str
+    dest: str
+    help: str
 
 
-def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
-    from .drift import run_drift as impl
+@dataclass(frozen=True)
+class JobKind:
+    name: str
+    config: type[BaseModel]
+    entry: str  # "module:function", imported when the job runs
+    queue: Literal["gpu", "cpu"]
+    time_limit_s: int
+    example: Callable[[str], dict]  # a starting config, given the toy student's directory
+    resumable: bool = False
+    max_attempts: int = 1
+    formatter: Callable[[dict], str] | None = None  # the CLI's human-readable report
+    cli_options: tuple[CliOption, ...] = field(default_factory=tuple)
 
-    return impl(cfg, reporter)
+    @property
+    def description(self) -> str:
+        """The config schema's first docstring line."""
+        lines = (self.config.__doc__ or "").strip().splitlines()
+        return lines[0] if lines else ""
+
+    def run(self, config: BaseModel, reporter: Reporter, **options: Any) -> dict:
+        module, _, function = self.entry.partition(":")
+        return getattr(importlib.import_module(module), function)(config, reporter, **options)
 
 
-ENTRYPOINTS: dict[str, tuple[type, Callable[..., dict]]] = {
-    "mismatch": (MismatchJobConfig, run_mismatch),
-    "sensitivity": (SensitivityJobConfig, run_sensitivity),
-    "drift": (DriftJobConfig, run_drift),
-}
+class UnknownJobKind(ValueError):
+    pass
 
-__all__ = ["ENTRYPOINTS", "ConfigError", "run_drift", "run_mismatch", "run_sensitivity"]
+
+KINDS: dict[str, JobKind] = {}
+
+
+def register(kind: JobKind) -> JobKind:
+    KINDS[kind.name] = kind
+    return kind
+
+
+def get_kind(name: str) -> JobKind:
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise UnknownJobKind(f"unknown job kind {name!r}; known kinds: {', '.join(sorted(KINDS))}") from None
+
+
+_FP8_W_KV = {"weights": "fp8_e4m3", "weight_scale": "channel", "kv_cache": "fp8_e4m3"}
+
+register(JobKind(
+    name="selftest",
+    config=SelftestConfig,
+    entry="workers.science.selftest:run_selftest",
+    queue="cpu",
+    time_limit_s=3600,
+    resumable=True,
+    max_attempts=3,
+    example=lambda student: {"steps": 200, "sleep_s": 0.05},
+))
+register(JobKind(
+    name="mismatch",
+    config=MismatchJobConfig,
+    entry="workers.science.mismatch:run_mismatch",
+    queue="gpu",
+    time_limit_s=2 * 3600,
+    example=lambda student: {"model": student, "rollout": _FP8_W_KV, "prompts": 256, "max_new_tokens": 16,
+                             "device": "auto"},
+    formatter=format_mismatch,
+    cli_options=(CliOption("--dump", "dump_path",
+                           "write one JSON line per response (token ids, both logprob lists)"),),
+))
+register(JobKind(
+    name="sensitivity",
+    config=SensitivityJobConfig,
+    entry="workers.science.sensitivity:run_sensitivity",
+    queue="gpu",
+    time_limit_s=8 * 3600,
+    example=lambda student: {"model": student, "rollout": _FP8_W_KV, "prompts": 64, "max_new_tokens": 16,
+                             "target": 2.0},
+    formatter=format_sensitivity,
+))
+register(JobKind(
+    name="drift",
+    config=DriftJobConfig,
+    entry="workers.science.drift:run_drift",
+    queue="gpu",
+    time_limit_s=2 * 3600,
+    example=lambda student: {"model": student, "rollout": {"noise_sigma": 0.1}, "prompts": 128,
+                             "max_new_tokens": 16},
+    formatter=format_drift,
+))
+
+__all__ = ["KINDS", "CliOption", "JobKind", "UnknownJobKind", "get_kind", "register"]

@@ -10,10 +10,12 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workers.science.reporting import Cancelled, Reporter
+from .reporting import Cancelled, Reporter
 
 
 class SelftestConfig(BaseModel):
+    """Emits a known series; proves the job path end to end."""
+
     model_config = ConfigDict(extra="forbid")
 
     steps: int = Field(100, ge=1, le=1_000_000)

@@ -1,0 +1,24 @@
+"""A request that cannot be honoured, with the HTTP status to answer it with.
+
+Every app raises :class:`Refused`; the API layer and the pages turn it into a 4xx with the
+message (and, for invalid fields, one ``{field, message}`` per problem).
+"""
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from workers.science.config import validation_problems
+
+
+class Refused(ValueError):
+    def __init__(self, message: str, status: int = 400, details: list | None = None):
+        super().__init__(message)
+        self.status = status
+        self.details = details or []
+
+    @classmethod
+    def invalid(cls, exc: ValidationError, what: str, root: str) -> "Refused":
+        """A 400 naming every invalid field of ``what``; ``root`` names the whole object."""
+        details = validation_problems(exc, root=root)
+        summary = "; ".join(f"{d['field']}: {d['message']}" for d in details)
+        return cls(f"{what}: {summary}" if what else summary, details=details)

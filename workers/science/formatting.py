@@ -1,0 +1,79 @@
+"""Human-readable reports for the command line, one formatter per job kind (no torch)."""
+from __future__ import annotations
+
+
+def _num(x, digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return str(x)
+    if x == 0:
+        return "0"
+    return f"{x:.{digits}g}" if 1e-3 <= abs(x) < 1e5 else f"{x:.{digits - 1}e}"
+
+
+def _multiple_line(r: dict) -> str:
+    ci = r.get("multiple_ci")
+    ci_s = f"  (95% CI {_num(ci[0], 3)}-{_num(ci[1], 3)})" if ci else ""
+    return (f"multiple  {_num(r['multiple'], 4)} x BF16{ci_s}   "
+            f"{r['metric']} {_num(r['value'])} vs BF16 {_num(r['reference_value'])}")
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    text_cols = {i for i in range(len(headers)) if rows and isinstance(rows[0][i], str)}
+    cells = [headers] + [[_num(c) if not isinstance(c, str) else c for c in row] for row in rows]
+    widths = [max(len(str(row[i])) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(str(c).ljust(w) if i in text_cols else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_mismatch(r: dict) -> str:
+    out = [
+        f"model     {r['model']}   task {r['task']}   prompts {r['prompts']}   tokens {r['tokens']} (BF16 reference {r['reference_tokens']})",
+        _multiple_line(r),
+        f"accuracy of the sampled responses {_num(r['accuracy'])} (BF16 reference {_num(r['reference_accuracy'])})   "
+        f"KV capacity {r['kv_cache']['capacity_ratio']:.2f}x BF16",
+        "",
+    ]
+    rows = []
+    for name, ref_v in r["reference_metrics"].items():
+        s = r["summary"].get(name)
+        p95 = s.get("p95") if isinstance(s, dict) else None
+        mx = s.get("max") if isinstance(s, dict) else None
+        rows.append([name, r["metrics"].get(name), ref_v, p95, mx])
+    out.append(_table(["metric", "config", "BF16 ref", "p95", "max"], rows))
+    if r.get("buckets"):
+        out.append("")
+        out.append(_table(["positions", "tokens", "k3", "k1", "prob_diff"],
+                          [[b["positions"], b["tokens"], b["k3"], b["k1"], b["prob_diff"]] for b in r["buckets"]]))
+    return "\n".join(out)
+
+
+def format_sensitivity(r: dict) -> str:
+    out = [f"model     {r['model']}   prompts {r['prompts']}   unit {r['unit']}", "full config: " + _multiple_line(r), ""]
+    out.append(_table(["rank", "unit", "multiple", "CI low", "CI high"],
+                      [[str(u["rank"]), u["unit"], u["multiple"], *(u["multiple_ci"] or [None, None])] for u in r["ranking"]]))
+    rec = r.get("recipe")
+    if rec:
+        out.append("")
+        verdict = "reached" if rec["reached"] else "NOT reached"
+        out.append(f"recipe for target {rec['target']}x ({verdict}): keep_bf16 {rec['keep_bf16']} -> "
+                   f"{_num(rec['multiple'])}x BF16, KV capacity {rec['kv_cache']['capacity_ratio']:.2f}x BF16")
+    out.append(f"KV capacity of the full config: {r['kv_cache']['capacity_ratio']:.2f}x BF16")
+    return "\n".join(out)
+
+
+def format_drift(r: dict) -> str:
+    fd = r["first_divergence"]
+    out = [
+        f"model     {r['model']}   prompts {r['prompts']}   decode {r['decode']}",
+        _multiple_line(r),
+        f"diverged  {r['diverged_fraction']:.1%} of sequences; first divergence mean {_num(fd['mean'])}, "
+        f"median {_num(fd['median'])}, p95 {_num(fd['p95'])}",
+        f"mismatch after first divergence: {_num(r['mismatch_after_divergence']['share_after'])} of summed k3",
+        "",
+        _table(["prefix length", "identical fraction"], [[k, v] for k, v in r["identical_prefix_fraction"].items()]),
+    ]
+    return "\n".join(out)
