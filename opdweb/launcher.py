@@ -4,7 +4,8 @@
     python -m opdweb.launcher test    # make test: services (running ones, else embedded), pytest
     python -m opdweb.launcher exec -- python benchmarks/bench_traces.py
 
-Ctrl-C (or SIGTERM) stops every process it started, then the embedded servers.
+A process that dies is restarted alone, with backoff (:mod:`opdweb.supervisor`); Ctrl-C (or
+SIGTERM) stops every process it started, then the embedded servers.
 """
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from opdweb.embedded_servers import ensure_services, reachable
+from opdweb.supervisor import Child, CrashLoop, Supervisor
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,23 +51,25 @@ def visible_gpus() -> list[str]:
     return []
 
 
-def worker_commands(env: dict) -> list[tuple[list[str], dict]]:
-    """One solo-pool worker per GPU on the ``gpu`` queue (or one CPU worker when there is
-    no GPU), and one worker for light jobs on ``cpu`` that also runs the reaper schedule."""
+def worker_commands(env: dict) -> list[tuple[str, list[str], dict]]:
+    """``(name, command, env)`` of each worker: one solo-pool worker per GPU on the ``gpu``
+    queue (or one CPU worker when there is none), one for light jobs on ``cpu``, and a
+    small ``control`` worker that runs the beat schedule and the reaper, so that no long
+    job can delay noticing a lost one."""
     celery = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "--loglevel", "INFO"]
     commands = []
     gpus = visible_gpus()
     for i, gpu in enumerate(gpus):
-        commands.append(
-            (celery + ["-Q", "gpu", "--pool", "solo", "-n", f"gpu{i}@%h"],
-             {**env, "CUDA_VISIBLE_DEVICES": gpu, "OPDWEB_WORKER_DEVICE": "cuda:0"})
-        )
+        commands.append((f"gpu{i} worker", celery + ["-Q", "gpu", "--pool", "solo", "-n", f"gpu{i}@%h"],
+                         {**env, "CUDA_VISIBLE_DEVICES": gpu, "OPDWEB_WORKER_DEVICE": "cuda:0"}))
     if not gpus:
-        commands.append((celery + ["-Q", "gpu", "--pool", "solo", "-n", "gpu-cpu@%h"], {**env, "OPDWEB_WORKER_DEVICE": "cpu"}))
-    commands.append(
-        (celery + ["-Q", "cpu", "--pool", "solo", "-B", "--schedule", str(data_dir() / "celerybeat-schedule"), "-n", "cpu@%h"],
-         {**env, "OPDWEB_WORKER_DEVICE": "cpu"})
-    )
+        commands.append(("gpu worker (on the CPU)", celery + ["-Q", "gpu", "--pool", "solo", "-n", "gpu-cpu@%h"],
+                         {**env, "OPDWEB_WORKER_DEVICE": "cpu"}))
+    commands.append(("cpu worker", celery + ["-Q", "cpu", "--pool", "solo", "-n", "cpu@%h"],
+                     {**env, "OPDWEB_WORKER_DEVICE": "cpu"}))
+    commands.append(("control worker", celery + ["-Q", "control", "--pool", "threads", "--concurrency", "2", "-B",
+                                                 "--schedule", str(data_dir() / "celerybeat-schedule"), "-n", "control@%h"],
+                     {**env, "OPDWEB_WORKER_DEVICE": "cpu"}))
     return commands
 
 
@@ -78,7 +81,7 @@ def run(args) -> int:
     var = data_dir()
     var.mkdir(parents=True, exist_ok=True)
     services = ensure_services(var)
-    procs: list[subprocess.Popen] = []
+    supervisor = Supervisor([])
 
     def stop(*_):
         raise KeyboardInterrupt
@@ -97,35 +100,30 @@ def run(args) -> int:
         print(f"opdweb: using {where}", flush=True)
         manage("migrate", "--noinput", "-v", "0", env=env)
         manage("collectstatic", "--noinput", "-v", "0", env=env)
-        manage("bootstrap_demo", env=env)
-        # The toy student the form's examples point at (seconds on first start, then cached).
-        subprocess.run([sys.executable, "-m", "workers", "build-toy-models", "--size", "test", "--out", str(var / "toy" / "test")],
-                       env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        if args.demo:
+            manage("bootstrap_demo", env=env)
+            # The toy student the form's examples point at (seconds on first start, then cached).
+            subprocess.run([sys.executable, "-m", "workers", "build-toy-models", "--size", "test", "--out",
+                            str(var / "toy" / "test")], env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         host, port = args.host, args.port
         if reachable(host, port):
             print(f"opdweb: port {port} is taken; set OPDWEB_PORT or pass --port", file=sys.stderr)
             return 1
-        procs.append(subprocess.Popen([sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "opdweb.asgi:application"], env=env, cwd=ROOT))
-        for command, worker_env in worker_commands(env):
-            procs.append(subprocess.Popen(command, env=worker_env, cwd=ROOT))
+        web = ("web server", [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "opdweb.asgi:application"], env)
+        supervisor.children = [Child(name, command, child_env, ROOT) for name, command, child_env in [web, *worker_commands(env)]]
+        supervisor.start()
+        for child in supervisor.children:
+            print(f"opdweb: started {child.name} (pid {child.pid})", flush=True)
         print(f"\nopdweb is up: http://{host}:{port}/   (Ctrl-C stops everything)\n", flush=True)
-        while all(p.poll() is None for p in procs):
-            time.sleep(0.5)
-        print("opdweb: a process exited; stopping the rest", file=sys.stderr)
-        return 1
+        supervisor.run_forever()
     except KeyboardInterrupt:
         print("\nopdweb: stopping", flush=True)
         return 0
+    except CrashLoop as exc:
+        print(f"opdweb: {exc}; stopping everything", file=sys.stderr, flush=True)
+        return 1
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.time() + 15
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                p.kill()
+        supervisor.stop()
         services.stop()
 
 
@@ -166,6 +164,8 @@ def main(argv=None) -> int:
     p_run = sub.add_parser("run", help="services, migrations, web server and workers")
     p_run.add_argument("--host", default=os.environ.get("OPDWEB_HOST", "127.0.0.1"))
     p_run.add_argument("--port", type=int, default=int(os.environ.get("OPDWEB_PORT", "8000")))
+    p_run.add_argument("--no-demo", dest="demo", action="store_false",
+                       help="skip the demo team, admin user and toy models (production hosts)")
     return run(parser.parse_args(argv))
 
 

@@ -124,13 +124,18 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=6 * 3600)}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
-    "reap-stale-jobs": {"task": "opdweb.reap_stale_jobs", "schedule": 15.0, "options": {"queue": "cpu"}},
+    # On the control queue, whose worker runs no jobs: nothing long can delay the reaper.
+    "reap-stale-jobs": {"task": "opdweb.reap_stale_jobs", "schedule": 15.0, "options": {"queue": "control"}},
 }
 
 # Jobs: a worker beats every JOB_HEARTBEAT_SECONDS; a running job whose last beat is
 # older than JOB_STALE_SECONDS is reaped.
 JOB_HEARTBEAT_SECONDS = env.float("JOB_HEARTBEAT_SECONDS", default=5.0)
 JOB_STALE_SECONDS = env.float("JOB_STALE_SECONDS", default=60.0)
+# Each kind has a time limit (workers/science/entrypoints.py); an operator may cap them all.
+# A job is asked to stop at its limit and killed with its worker GRACE seconds later.
+JOB_TIME_LIMIT_MAX_S = env.float("JOB_TIME_LIMIT_MAX_S", default=None)
+JOB_TIME_LIMIT_GRACE_S = env.float("JOB_TIME_LIMIT_GRACE_S", default=60.0)
 # A worker counts as alive on the status page if seen within this many seconds.
 WORKER_SEEN_SECONDS = env.float("WORKER_SEEN_SECONDS", default=60.0)
 

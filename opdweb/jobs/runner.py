@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -30,11 +31,14 @@ STOP_POLL_SECONDS = 0.5
 
 class JobReporter:
     """The science's reporter for a job: points go to the trace sink; progress and the
-    cancel flag are written and read at most every half second."""
+    cancel flag are written and read at most every half second.  Past ``deadline`` (the
+    kind's time limit, monotonic) ``should_stop()`` is true and ``timed_out`` says why."""
 
-    def __init__(self, job: Job, sink: TraceSink):
+    def __init__(self, job: Job, sink: TraceSink, deadline: float = float("inf")):
         self.job = job
         self.sink = sink
+        self.deadline = deadline
+        self.timed_out = False
         self._progress_written = 0.0
         self._stop_checked = 0.0
         self._stop = False
@@ -55,6 +59,9 @@ class JobReporter:
 
     def should_stop(self) -> bool:
         now = time.monotonic()
+        if now >= self.deadline:
+            self.timed_out = True
+            return True
         if not self._stop and now - self._stop_checked >= STOP_POLL_SECONDS:
             self._stop_checked = now
             self._stop = Job.objects.filter(pk=self.job.pk, cancel_requested=True).exists()
@@ -89,23 +96,49 @@ class JobLogHandler(logging.Handler):
 
 class Heartbeat(threading.Thread):
     """Beats the job's heartbeat every JOB_HEARTBEAT_SECONDS from its own connection and
-    flushes the job's log; stops when the job ends."""
+    flushes the job's log; stops when the job ends.
 
-    def __init__(self, job_id: int, log_handler: JobLogHandler):
-        super().__init__(daemon=True, name=f"heartbeat-{job_id}")
-        self.job_id = job_id
+    It is also the time limit's watchdog: a job still running ``JOB_TIME_LIMIT_GRACE_S``
+    after its limit did not stop when asked (science that never polls ``should_stop()``),
+    so it is recorded as failed and the worker process is killed; the launcher (or the
+    container runtime) starts a fresh one, and the job's message, redelivered later, is a
+    stale delivery that nothing runs."""
+
+    def __init__(self, job: Job, log_handler: JobLogHandler, hard_deadline: float, limit_s: float):
+        super().__init__(daemon=True, name=f"heartbeat-{job.pk}")
+        self.job = job
         self.log_handler = log_handler
+        self.hard_deadline = hard_deadline
+        self.limit_s = limit_s
         self.done = threading.Event()
 
     def run(self) -> None:
         try:
             while not self.done.wait(settings.JOB_HEARTBEAT_SECONDS):
-                Job.objects.filter(pk=self.job_id, state=JobState.RUNNING).update(heartbeat_at=timezone.now())
+                if time.monotonic() >= self.hard_deadline:
+                    self.kill_overrunning_job()
+                Job.objects.filter(pk=self.job.pk, state=JobState.RUNNING).update(heartbeat_at=timezone.now())
                 self.log_handler.flush_to_db()
         except Exception:  # noqa: BLE001 - a failed beat must not kill the job
-            log.warning("heartbeat for job %s failed", self.job_id, exc_info=True)
+            log.warning("heartbeat for job %s failed", self.job.pk, exc_info=True)
         finally:
             connection.close()
+
+    def kill_overrunning_job(self) -> None:
+        grace = settings.JOB_TIME_LIMIT_GRACE_S
+        log.error("job %s ran %.0f s past its time limit of %.0f s without stopping; killing worker %s",
+                  self.job.pk, grace, self.limit_s, os.getpid())
+        self.log_handler.flush_to_db()
+        if self.job.finish(JobState.FAILED, error=f"time limit: did not stop within {grace:.0f} s of its limit of "
+                           f"{self.limit_s:.0f} s, so its worker was killed and restarted"):
+            live.publish_state(self.job)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def time_limit_s(kind) -> float:
+    """The kind's time limit, capped by ``JOB_TIME_LIMIT_MAX_S`` where the operator set one."""
+    cap = settings.JOB_TIME_LIMIT_MAX_S
+    return float(kind.time_limit_s if cap is None else min(kind.time_limit_s, cap))
 
 
 def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
@@ -122,10 +155,12 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
     handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
-    heartbeat = Heartbeat(job.pk, handler)
+    limit_s = time_limit_s(kind)
+    deadline = time.monotonic() + limit_s
+    heartbeat = Heartbeat(job, handler, deadline + settings.JOB_TIME_LIMIT_GRACE_S, limit_s)
     heartbeat.start()
     sink = TraceSink(job.pk)
-    reporter = JobReporter(job, sink)
+    reporter = JobReporter(job, sink, deadline)
     try:
         config = kind.config.model_validate(job.config)
         log.info("job %s (%s) attempt %s started on %s", job.pk, job.kind, attempt, job.worker)
@@ -135,8 +170,12 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         state, outcome = JobState.SUCCEEDED, {"result": result}
     except Cancelled as exc:
         sink.flush()
-        log.info("job %s cancelled: %s", job.pk, exc)
-        state, outcome = JobState.CANCELLED, {}
+        if reporter.timed_out:
+            log.error("job %s stopped at its time limit of %.0f s", job.pk, limit_s)
+            state, outcome = JobState.FAILED, {"error": f"time limit: stopped at its limit of {limit_s:.0f} s"}
+        else:
+            log.info("job %s cancelled: %s", job.pk, exc)
+            state, outcome = JobState.CANCELLED, {}
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded on the job
         try:
             sink.flush()

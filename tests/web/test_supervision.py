@@ -1,0 +1,111 @@
+"""A dead process is restarted alone; stopping a child stops what it started; a crash loop
+stops everything; the real launcher survives ``kill -9`` of a worker and leaves no orphan."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from opdweb.embedded_servers import free_port, reachable
+from opdweb.supervisor import CRASH_LOOP_RESTARTS, Child, CrashLoop, Supervisor
+from tests.web.conftest import ROOT, wait_for
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+# A child that starts a grandchild in its group, as a Celery worker starts its beat, and
+# writes the grandchild's pid to the file named by its argument.
+PARENT_OF_SLEEPER = [sys.executable, "-c",
+                     "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
+                     "open(sys.argv[1], 'w').write(str(p.pid)); time.sleep(600)"]
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie still answers kill(0); it is gone once its state says so.
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[1].split()[0] == "Z"
+
+
+@pytest.fixture
+def supervisor():
+    made = []
+
+    def make(*commands) -> Supervisor:
+        sup = Supervisor([Child(f"child{i}", cmd, dict(os.environ), ROOT) for i, cmd in enumerate(commands)])
+        sup.start()
+        made.append(sup)
+        return sup
+
+    yield make
+    for sup in made:
+        sup.stop()
+
+
+def test_it_restarts_a_killed_child_and_leaves_the_others_alone(supervisor):
+    sup = supervisor(SLEEPER, SLEEPER)
+    victim, bystander = sup.children
+    first_pid, bystander_pid = victim.pid, bystander.pid
+    os.kill(first_pid, signal.SIGKILL)
+    wait_for(lambda: (sup.check() or True) and victim.alive() and victim.pid != first_pid, 10, "the restart")
+    assert bystander.alive() and bystander.pid == bystander_pid
+
+
+def test_a_dead_childs_own_children_are_stopped_with_it(supervisor, tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    sup = supervisor(PARENT_OF_SLEEPER + [str(pid_file)])
+    grandchild = int(wait_for(lambda: pid_file.is_file() and pid_file.read_text(), 10, "the grandchild's pid"))
+    os.kill(sup.children[0].pid, signal.SIGKILL)
+    sup.children[0].proc.wait()
+    sup.check()
+    wait_for(lambda: gone(grandchild), 10, "the grandchild to be stopped")
+
+
+def test_a_child_that_keeps_dying_is_a_crash_loop(supervisor):
+    sup = supervisor([sys.executable, "-c", "raise SystemExit(3)"])
+    child = sup.children[0]
+    now = time.monotonic()
+    for exits in range(1, CRASH_LOOP_RESTARTS):
+        child.proc.wait()
+        sup.check(now)  # notices the exit; backoff 1, 2, 4, 8 s
+        assert child.restart_at == now + 2 ** (exits - 1)
+        now = child.restart_at
+        sup.check(now)  # restarted, and dies at once again
+    child.proc.wait()
+    with pytest.raises(CrashLoop, match=f"child0 exited {CRASH_LOOP_RESTARTS} times within 60 s"):
+        sup.check(now)
+
+
+def test_the_launcher_restarts_a_killed_worker_and_leaves_no_orphan(service_env, tmp_path):
+    port = free_port()
+    env = {**service_env, "OPDWEB_DATA_DIR": str(tmp_path / "var")}
+    log = open(tmp_path / "launcher.log", "w")
+    launcher = subprocess.Popen([sys.executable, "-m", "opdweb.launcher", "run", "--no-demo", "--port", str(port)],
+                                env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        text = lambda: (tmp_path / "launcher.log").read_text()  # noqa: E731
+        wait_for(lambda: "opdweb is up" in text(), 120, "the launcher to start")
+        pids = {name: int(pid) for name, pid in
+                (line.split("started ", 1)[1].rsplit(" (pid ", 1) for line in text().splitlines() if "opdweb: started" in line)
+                for pid in [pid.rstrip(")")]}
+        worker = pids["gpu worker (on the CPU)"]
+        os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: "gpu worker (on the CPU) restarted" in text(), 30, "the worker's restart")
+        assert launcher.poll() is None
+        for name, pid in pids.items():
+            if name != "gpu worker (on the CPU)":
+                assert not gone(pid), f"{name} stopped when the worker was killed"
+        assert reachable("127.0.0.1", port), "the web server stopped when the worker was killed"
+        launcher.send_signal(signal.SIGTERM)
+        launcher.wait(timeout=60)
+        assert launcher.returncode == 0
+        for name, pid in pids.items():
+            assert gone(pid), f"{name} outlived the launcher"
+        assert not reachable("127.0.0.1", port)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        log.close()
