@@ -4,7 +4,7 @@ import torch
 from workers.science.config import ConfigError, RolloutConfig, SamplingConfig
 from workers.science.engines.hf import HFEngine, resolve_keep_bf16
 from workers.science.metrics import TokenRecords, metric_values, summarize
-from workers.science.tasks import arithmetic_prompt_set
+from workers.science.prompts import arithmetic_prompt_set
 from workers.science.toy import EOS_ID, PAD_ID, encode
 
 SAMPLING = SamplingConfig(temperature=1.0, max_new_tokens=8)

@@ -9,12 +9,13 @@ from ..config import RolloutConfig  # noqa: E402
 from .base import RolloutEngine, Rollouts, Scores  # noqa: E402
 
 
-def build_engine(model_dir: str, cfg: RolloutConfig, device: str = "auto", **vllm_kwargs) -> RolloutEngine:
-    """The rollout engine ``cfg.engine`` names, with ``cfg`` applied."""
+def build_engine(model_dir: str, cfg: RolloutConfig, device="auto", base_model=None, **vllm_kwargs) -> RolloutEngine:
+    """The rollout engine ``cfg.engine`` names, with ``cfg`` applied.  ``base_model`` (hf only)
+    is an fp32 copy of the checkpoint the engine may perturb in place instead of loading it."""
     if cfg.engine == "hf":
         from .hf import HFEngine
 
-        return HFEngine(model_dir, cfg, device)
+        return HFEngine(model_dir, cfg, device, base_model=base_model)
     if cfg.engine == "vllm":
         from .vllm_engine import VLLMEngine
 
