@@ -31,12 +31,6 @@ class SnapshotRing:
     def __len__(self) -> int:
         return len(self._items)
 
-    def stale(self, k: int) -> dict[str, torch.Tensor]:
-        """Weights of k steps before the newest (k=0: the newest)."""
-        if not 0 <= k < len(self._items):
-            raise ConfigError(f"staleness {k} needs {k + 1} snapshots; the ring holds {len(self._items)}")
-        return self._items[-1 - k][1]
-
     def save(self, directory: Path) -> None:
         from safetensors.torch import save_file
 

@@ -74,10 +74,6 @@ class RolloutTargets:
     perturbed: list[str]
     kv_formats: list[str | None]
 
-    @property
-    def n_layers(self) -> int:
-        return len(self.kv_formats)
-
 
 def resolve_targets(model: nn.Module, cfg: RolloutConfig) -> RolloutTargets:
     """Resolve ``cfg.keep_bf16`` against ``model`` (errors name the entry) into the targets."""
