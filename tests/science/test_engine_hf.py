@@ -133,10 +133,15 @@ def test_w8a8_uses_emulation_on_cpu_and_scaled_mm_when_forced(student, prompts):
     assert real.prepared.fp8_backend == "scaled_mm"
     a = emu.sample(prompts, SAMPLING, seed=0)
     b = real.sample(prompts, SAMPLING, seed=0)
-    n = min(a.logprobs.shape[1], b.logprobs.shape[1])
-    same = (a.tokens[:, :1] == b.tokens[:, :1]).squeeze(1)
+    # common random numbers: the two backends' first tokens agree almost everywhere ...
+    same = (a.tokens[:, 0] == b.tokens[:, 0])
+    assert float(same.float().mean()) >= 0.9
     assert torch.allclose(a.logprobs[same, 0], b.logprobs[same, 0], atol=0.05)
-    assert n >= 1
+    # ... and teacher-forced on the very same tokens, every token's logprob agrees
+    s_emu = emu.score(prompts, a.tokens, a.mask)
+    s_real = real.score(prompts, a.tokens, a.mask)
+    assert int(a.mask.sum()) > len(prompts)
+    assert torch.allclose(s_emu.logprobs, s_real.logprobs, atol=0.05)
 
 
 def test_a_module_gets_the_same_noise_whatever_else_is_kept(teacher):
