@@ -155,3 +155,15 @@ def test_a_module_gets_the_same_noise_whatever_else_is_kept(teacher):
     assert torch.equal(w_full, w_one) and not torch.equal(w_full, w0)
     kept = "model.layers.0.mlp.down_proj"
     assert torch.equal(dict(one.named_modules())[kept].weight, dict(base.named_modules())[kept].weight)
+
+
+def test_both_engines_share_one_seed_rule_and_one_eos_pad_rule():
+    from types import SimpleNamespace
+
+    from workers.science.engines.base import SEED_MODULUS, sequence_seed, special_token_ids
+
+    assert sequence_seed(5, 3) == 5 * 1_000_003 + 3  # small seeds: the formula itself
+    assert 0 <= sequence_seed(2**31 - 1, 10**6) < SEED_MODULUS <= 2**31 - 1  # inside vLLM's seed range
+    assert special_token_ids(SimpleNamespace(eos_token_id=[7, 9], pad_token_id=None)) == (7, 7)
+    assert special_token_ids(SimpleNamespace(eos_token_id=2, pad_token_id=0)) == (2, 0)
+    assert special_token_ids(SimpleNamespace()) == (None, 0)
