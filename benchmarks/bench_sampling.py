@@ -37,7 +37,7 @@ def main() -> int:
     from workers.science import engines as _engines  # noqa: F401 - hides a broken torchvision
     from workers.science.config import RolloutConfig, SamplingConfig
     from workers.science.engines.hf import HFEngine, load_tokenizer
-    from workers.science.tasks import resolve_prompt_set
+    from workers.science.prompts import resolve_prompt_set
     from workers.science.toy import model_task
 
     task = (model_task(args.model) or {"task": "arithmetic:3"})["task"]

@@ -104,3 +104,49 @@ def test_the_bf16_reference_is_cached_on_disk(student, tmp_path):
     # a different seed is a different reference
     other = run_mismatch(cfg.model_copy(update={"seed": 1}))
     assert other["reference_cached"] is False
+
+
+def test_the_same_config_measured_twice_agrees_exactly(student):
+    import torch
+
+    from workers.science.metrics import TokenRecords, metric_values, summarize
+    from workers.science.mismatch import MeasurementSession, compare
+
+    session = MeasurementSession.open(job(student, prompts=32, weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.05))
+    cfg = session.rollout
+    a = session.measure(cfg, "first", keep=True)
+    b = session.measure(cfg, "second", keep=True)  # a second engine built from the same weights
+    for ra, rb in zip(a.rollouts, b.rollouts):
+        assert torch.equal(ra.tokens, rb.tokens) and torch.equal(ra.mask, rb.mask)
+    # the second engine in the trainer's place: every per-token divergence is exactly zero
+    same = TokenRecords(a.records.lp_roll, b.records.lp_roll, a.records.seq, a.records.pos, n_sequences=32)
+    v = metric_values(summarize(same))
+    assert a.records.tokens > 32
+    for name in ("k1", "k2", "k3", "prob_diff", "prob_diff_max", "chi2_token", "log_ppl_gap", "chi2_seq"):
+        assert v[name] == 0.0, name
+    assert v["mult_error"] == 1.0 and v["ess"] == 1.0 and v["pearson"] == 1.0
+    # and on the BF16 scale, one measurement is exactly one times the other
+    body = compare(session, a, b, "k3", 200)
+    assert body["value"] > 0 and body["multiple"] == 1.0 and body["multiple_ci"] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("model,rollout,message", [
+    ("student", dict(weights="fp8_e4m3", weight_scale="block", block_size=48), "block_size 48 does not divide"),
+    ("student", dict(weights="int4", weight_scale="block", block_size=96), "block_size 96 does not divide"),
+    ("student", dict(staleness=50), "beyond the snapshot ring"),
+    ("teacher", dict(staleness=1), "no snapshots/index.json"),
+    ("student", dict(keep_bf16=["*.attention.*"]), "matches no module"),
+])
+def test_check_rollout_refuses_before_any_sampling(request, monkeypatch, model, rollout, message):
+    from workers.science import mismatch
+    from workers.science.engines.hf import HFEngine
+
+    mismatch._REFERENCE_MEMO.clear()  # a remembered BF16 reference would need no sampling either way
+    path = request.getfixturevalue(model)
+    sampled = []
+    real_sample = HFEngine.sample
+    monkeypatch.setattr(HFEngine, "sample", lambda self, *a, **kw: sampled.append(1) or real_sample(self, *a, **kw))
+    rep = RecordingReporter()
+    with pytest.raises(ConfigError, match=message):
+        run_mismatch(job(path, prompts=8, **rollout), rep)
+    assert sampled == [] and rep.progress_calls == []

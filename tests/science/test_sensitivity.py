@@ -50,3 +50,13 @@ def test_module_units(teacher):
     units = {u["unit"] for u in r["ranking"]}
     assert "model.layers.0.self_attn.kv_cache" in units and "model.layers.1.mlp.down_proj" in units
     assert len(units) == 2 * 7 + 2
+
+
+def test_the_recipe_search_finds_the_smallest_passing_count():
+    from workers.science.sensitivity import smallest_passing
+
+    for threshold in range(1, 9):
+        tried = []
+        assert smallest_passing(1, 8, lambda k: tried.append(k) or k >= threshold) == threshold
+        assert len(tried) <= 4  # binary search: ceil(log2(8)) + 1 trials at most
+    assert smallest_passing(1, 8, lambda k: False) is None

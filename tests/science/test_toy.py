@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from workers.science.toy import EOS_ID, build_toy_models, encode
 
 
@@ -31,3 +33,27 @@ def test_student_has_a_snapshot_ring(student):
 def test_a_second_build_is_cached(toy_dir):
     again = build_toy_models("test", toy_dir)
     assert again["cached"] is True
+
+
+def test_the_manifest_accuracy_is_what_greedy_decoding_scores(toy_dir, toy_manifest):
+    """Recomputed without the builder or the engine: transformers' own greedy ``generate``
+    on the held-out split the builder evaluates (500 problems, seed 1234), graded by the
+    prompt set."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workers.science.prompts import arithmetic_prompt_set
+
+    level = toy_manifest["recipe"]["level"]
+    problems = arithmetic_prompt_set(500, level=level, seed=1234, split="test")
+    for role in ("teacher", "student"):
+        tok = AutoTokenizer.from_pretrained(toy_dir / role)
+        model = AutoModelForCausalLM.from_pretrained(toy_dir / role, dtype=torch.float32).eval()
+        ids = tok(problems.prompts(), return_tensors="pt").input_ids  # one level: every prompt has the same width
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=8,
+                                 eos_token_id=EOS_ID, pad_token_id=tok.pad_token_id)
+        texts = tok.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+        accuracy = problems.accuracy(texts)
+        assert 0.0 < accuracy
+        assert accuracy == pytest.approx(toy_manifest[f"{role}_accuracy"], abs=1 / 500), role

@@ -8,12 +8,10 @@ corrections cannot repair that part of the mismatch.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from .config import DriftJobConfig
-from .reporting import NullReporter, Reporter
+from .reporting import Reporter
 
 
 def _stack(rollouts) -> tuple[np.ndarray, np.ndarray]:
@@ -76,11 +74,8 @@ def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
     from .metrics import first_divergence, json_safe
     from .mismatch import MeasurementSession, compare
 
-    reporter = reporter or NullReporter()
-    t0 = time.perf_counter()
-    session = MeasurementSession(cfg, reporter)
-    rollout = session.rollout
-    session.check_rollout(rollout)
+    session = MeasurementSession.open(cfg, reporter)
+    reporter, rollout = session.reporter, session.rollout
     if cfg.decode == "greedy":
         rollout = rollout.model_copy(update={"sampling": rollout.sampling.model_copy(update={"temperature": 0.0})})
     ref_cfg = rollout.bf16_reference("hf" if rollout.engine == "hf" else rollout.engine)
@@ -113,5 +108,5 @@ def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
         "tokens": body["tokens"],
         "accuracy": m.accuracy,
         "reference_accuracy": ref.accuracy,
-        "timing": {"total_s": time.perf_counter() - t0},
+        "timing": {"total_s": session.elapsed()},
     })

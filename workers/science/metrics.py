@@ -25,7 +25,7 @@ per-token metric is reported as mean, p95 and max, also per position bucket.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -46,7 +46,6 @@ class TokenRecords:
     kl_full: np.ndarray | None = None
     tv_full: np.ndarray | None = None
     n_sequences: int = 0
-    extra: dict = field(default_factory=dict)
 
     @classmethod
     def from_arrays(cls, lp_roll, lp_train, mask, seq_offset: int = 0, kl_full=None, tv_full=None) -> "TokenRecords":
@@ -80,14 +79,6 @@ class TokenRecords:
     @property
     def tokens(self) -> int:
         return int(self.lp_roll.size)
-
-    def select(self, keep: np.ndarray) -> "TokenRecords":
-        return TokenRecords(
-            self.lp_roll[keep], self.lp_train[keep], self.seq[keep], self.pos[keep],
-            None if self.kl_full is None else self.kl_full[keep],
-            None if self.tv_full is None else self.tv_full[keep],
-            n_sequences=self.n_sequences,
-        )
 
 
 def _np(x, dtype) -> np.ndarray:

@@ -45,9 +45,10 @@ class MeasurementSession:
 
         from . import engines  # noqa: F401 - hides a broken torchvision before transformers loads
         from .engines.hf import HFEngine, check_model_path, load_tokenizer, resolve_device
-        from .tasks import resolve_prompt_set
+        from .prompts import resolve_prompt_set
         from .toy import model_task
 
+        self.started = time.perf_counter()
         self.job = job
         self.reporter = reporter or NullReporter()
         if job.threads:
@@ -70,30 +71,47 @@ class MeasurementSession:
         self.base_model = self.trainer.model if job.trainer_dtype == "fp32" else None
         self.rollout = job.rollout_effective
 
+    @classmethod
+    def open(cls, job: _JobConfig, reporter: Reporter | None = None) -> "MeasurementSession":
+        """A session for ``job`` whose rollout config has passed :meth:`check_rollout`: how
+        every job starts, so a bad config fails before anything is sampled."""
+        session = cls(job, reporter)
+        session.check_rollout(session.rollout)
+        return session
+
+    def elapsed(self) -> float:
+        """Seconds since the session started loading."""
+        return time.perf_counter() - self.started
+
     # -- engines --------------------------------------------------------------------
     def engine(self, cfg: RolloutConfig):
-        """An engine for ``cfg``; hf engines reuse the loaded fp32 weights (no disk read)."""
+        """An engine for ``cfg``; hf engines perturb a copy of the loaded fp32 weights (no disk read)."""
         from .engines import build_engine
-        from .engines.hf import HFEngine, prepare_rollout_model
 
-        if cfg.engine == "hf":
-            prepared = None
-            if self.base_model is not None:
-                prepared = prepare_rollout_model(self.job.model, cfg, self.device, base_model=copy.deepcopy(self.base_model))
-            return HFEngine(self.job.model, cfg, self.device, prepared=prepared)
-        return build_engine(self.job.model, cfg, str(self.device))
+        base = copy.deepcopy(self.base_model) if cfg.engine == "hf" and self.base_model is not None else None
+        return build_engine(self.job.model, cfg, self.device, base_model=base)
 
     def check_rollout(self, cfg: RolloutConfig) -> None:
-        """Errors that need the model (layer index, block size, snapshots) before any work."""
-        from .engines.hf import decoder_layer_count, decoder_linears, resolve_keep_bf16
+        """Refuse, before any sampling, what ``cfg`` gets wrong about this model: a
+        ``keep_bf16`` entry that is out of range or matches nothing, a ``block_size`` that
+        does not tile a weight it quantizes, and (hf engine) missing or too few weight
+        snapshots for its staleness.  vLLM's own refusals come when its engine is built."""
+        from .engines.hf import check_weight_blocks, resolve_targets
+        from .engines.hf.staleness import stale_snapshot_path
 
-        names = list(decoder_linears(self.trainer.model))
-        resolve_keep_bf16(cfg.keep_bf16, names, decoder_layer_count(self.trainer.model))
+        check_weight_blocks(resolve_targets(self.trainer.model, cfg), cfg)
+        if cfg.engine == "hf" and cfg.staleness:
+            stale_snapshot_path(self.job.model, cfg.staleness)
+
+    def kv_layer_formats(self, cfg: RolloutConfig) -> list[str | None]:
+        """The KV format of each layer under ``cfg`` (None: BF16), for the capacity report."""
+        from .engines.hf import resolve_targets
+
+        return resolve_targets(self.trainer.model, cfg).kv_formats
 
     # -- measuring ------------------------------------------------------------------
     def measure(self, cfg: RolloutConfig, label: str, frac: tuple[float, float] = (0.0, 1.0), keep: bool = False,
                 engine=None, on_batch: Callable[[int, object], None] | None = None) -> Measurement:
-        from .engines.hf import decoder_layer_count
         from .metrics import TokenRecords, full_vocab_terms
 
         own = engine is None
@@ -134,27 +152,10 @@ class MeasurementSession:
                 accuracy = self.prompt_set.accuracy(texts)
             except Exception:  # noqa: BLE001 - grading is informative only
                 accuracy = None
-            info = {}
-            prepared = getattr(engine, "prepared", None)
-            if prepared is not None:
-                info = {
-                    "fp8_backend": prepared.fp8_backend,
-                    "quantized_modules": len(prepared.quantized),
-                    "kept_bf16": sorted(prepared.kept),
-                    "kv_fp8_layers": [i for i, f in enumerate(prepared.kv_formats) if f],
-                    "layers": decoder_layer_count(self.trainer.model),
-                }
-            return Measurement(label, cfg, records, accuracy, t_sample, t_score, rollouts, scores, info)
+            return Measurement(label, cfg, records, accuracy, t_sample, t_score, rollouts, scores, engine.info())
         finally:
             if own:
                 engine.close()
-
-    def kv_layer_formats(self, cfg: RolloutConfig) -> list[str | None]:
-        from .engines.hf import decoder_layer_count, decoder_linears, kv_pseudo_name, resolve_keep_bf16
-
-        n_layers = decoder_layer_count(self.trainer.model)
-        kept = resolve_keep_bf16(cfg.keep_bf16, list(decoder_linears(self.trainer.model)), n_layers)
-        return [None if cfg.kv_cache == "none" or kv_pseudo_name(i) in kept else cfg.kv_cache for i in range(n_layers)]
 
     def reference_config(self, engine: str | None = None) -> RolloutConfig:
         return self.rollout.bf16_reference(engine)
@@ -259,11 +260,8 @@ def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_
     from .capacity import kv_capacity
     from .metrics import json_safe
 
-    reporter = reporter or NullReporter()
-    t0 = time.perf_counter()
-    session = MeasurementSession(cfg, reporter)
-    rollout = session.rollout
-    session.check_rollout(rollout)
+    session = MeasurementSession.open(cfg, reporter)
+    reporter, rollout = session.reporter, session.rollout
     ref_cfg = session.reference_config(cfg.reference_engine)
     metric = cfg.metric
 
@@ -301,7 +299,7 @@ def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_
             "score_s": m.score_seconds if m is not ref else 0.0,
             "reference_sample_s": ref.sample_seconds,
             "reference_score_s": ref.score_seconds,
-            "total_s": time.perf_counter() - t0,
+            "total_s": session.elapsed(),
         },
     )
     if report["multiple"] is not None:

@@ -11,8 +11,6 @@ check round trips against the format's definition:
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .config import ConfigError
@@ -91,12 +89,6 @@ def quantize_fp8_tensorwise(x: torch.Tensor, fmt: str, dim: int | None = None) -
     return q, scale
 
 
-def fake_quant_activation(x: torch.Tensor, fmt: str, per_token: bool) -> torch.Tensor:
-    """Dynamic FP8 activation quantization (vLLM's W8A8): per tensor or per token."""
-    q, scale = quantize_fp8_tensorwise(x, fmt, dim=-1 if per_token else None)
-    return (q.float() * scale).to(x.dtype)
-
-
 def fake_quant_kv(x: torch.Tensor, fmt: str, scale: torch.Tensor) -> torch.Tensor:
     """FP8 KV-cache round trip with a fixed (calibrated) scale; values beyond saturate."""
     x32 = x.float()
@@ -127,10 +119,6 @@ def add_relative_noise(w: torch.Tensor, sigma: float, generator: torch.Generator
     return w32 + sigma * rms * noise.to(w32.device)
 
 
-def bytes_per_element(fmt: str) -> float:
-    return {"fp32": 4, "bf16": 2, "fp16": 2, "none": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1, "int4": 0.5}[fmt]
-
-
 def fp8_error_bound(x: torch.Tensor, fmt: str, scale: torch.Tensor | float) -> torch.Tensor:
     """Largest allowed |x - fake_quant(x)| elementwise for an FP8 format and scale."""
     mant, min_exp = FP8_SPEC[fmt]
@@ -146,7 +134,3 @@ def scaled_mm_available(device: torch.device) -> bool:
         return False
     major, minor = torch.cuda.get_device_capability(device)
     return (major, minor) >= (8, 9) and hasattr(torch, "_scaled_mm")
-
-
-def round_up(n: int, k: int) -> int:
-    return int(math.ceil(n / k) * k)

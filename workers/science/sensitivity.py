@@ -9,120 +9,177 @@ whole-model property and is not localised.
 """
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
+from typing import Callable
 
 from .config import RolloutConfig, SensitivityJobConfig
-from .reporting import NullReporter, Reporter
+from .reporting import Reporter
 
 
-def _units(session, unit: str) -> list[tuple[str, list]]:
-    """(label, keep_bf16 entries that leave only this unit perturbed)."""
-    from .engines.hf import decoder_layer_count, decoder_linears, kv_pseudo_name
+@dataclass(frozen=True)
+class Unit:
+    """One thing sensitivity perturbs alone: its label in the report and the ``keep_bf16``
+    entry that keeps it in BF16 (a layer index, or a module / KV-cache name)."""
 
-    n = decoder_layer_count(session.trainer.model)
+    label: str
+    keep_entry: int | str
+
+
+def sensitivity_units(session, unit: str) -> list[Unit]:
+    """The decoder layers, or every decoder linear (plus each layer's KV cache when the
+    config quantizes it)."""
+    from .engines.hf.targets import decoder_layer_count, decoder_linears, kv_pseudo_name
+
+    n_layers = decoder_layer_count(session.trainer.model)
     if unit == "layer":
-        return [(f"layer {i}", [j for j in range(n) if j != i]) for i in range(n)]
+        return [Unit(f"layer {i}", i) for i in range(n_layers)]
     names = list(decoder_linears(session.trainer.model))
     if session.rollout.kv_cache != "none":
-        names += [kv_pseudo_name(i) for i in range(n)]
-    return [(name, [other for other in names if other != name]) for name in names]
+        names += [kv_pseudo_name(i) for i in range(n_layers)]
+    return [Unit(name, name) for name in names]
 
 
-def _with_keep(cfg: RolloutConfig, extra: list) -> RolloutConfig:
-    return cfg.model_copy(update={"keep_bf16": list(cfg.keep_bf16) + list(extra)})
+def keep_entries(units: list[Unit]) -> list:
+    return [u.keep_entry for u in units]
+
+
+def with_kept(cfg: RolloutConfig, units: list[Unit]) -> RolloutConfig:
+    """``cfg`` with ``units`` added to its ``keep_bf16``."""
+    return cfg.model_copy(update={"keep_bf16": list(cfg.keep_bf16) + keep_entries(units)})
+
+
+class Progress:
+    """Equal slices of the progress bar, one per measurement, handed out in order."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+
+    def next_slice(self) -> tuple[float, float]:
+        k = self.done
+        self.done += 1
+        return k / self.total, min(1.0, (k + 1) / self.total)
+
+
+def smallest_passing(lo: int, hi: int, passes: Callable[[int], bool]) -> int | None:
+    """The smallest k in [lo, hi] with ``passes(k)``, for a ``passes`` that stays true once
+    true (binary search); None when no k passes."""
+    best = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            best, hi = mid, mid - 1
+        else:
+            lo = mid + 1
+    return best
+
+
+class SensitivityRun:
+    """One sensitivity job: the session, the BF16 reference and the progress counter that
+    every measurement of the job shares."""
+
+    def __init__(self, cfg: SensitivityJobConfig, reporter: Reporter | None) -> None:
+        from .mismatch import MeasurementSession
+
+        self.cfg = cfg
+        self.session = MeasurementSession.open(cfg, reporter)
+        self.reporter = self.session.reporter
+        self.rollout = self.session.rollout
+        self.units = sensitivity_units(self.session, cfg.unit)
+        search_budget = max(1, len(self.units)).bit_length() + 1 if cfg.target is not None else 0
+        self.progress = Progress(2 + len(self.units) + search_budget)
+        ref_cfg = self.session.reference_config(cfg.reference_engine)
+        self.ref = self.session.reference(ref_cfg, self.progress.next_slice())
+
+    def measure(self, rollout: RolloutConfig, label: str):
+        return self.session.measure(rollout, label, self.progress.next_slice())
+
+    def multiple(self, m) -> tuple[float | None, list[float] | None]:
+        """``m``'s multiple of the reference and its bootstrap CI."""
+        from .metrics import finite_or_none, multiple_with_ci
+
+        n = len(self.session.prompt_ids)
+        value, ci = multiple_with_ci(m.records, self.ref.records, self.cfg.metric, n, self.cfg.bootstrap, seed=self.cfg.seed)
+        return finite_or_none(value), ci
+
+    def rank_units(self) -> tuple[list[dict], list[Unit]]:
+        """Each unit perturbed alone, measured; the report rows ranked by multiple
+        (largest first) and the units in that order."""
+        from .metrics import metric_values, summarize
+
+        rows = []
+        for i, unit in enumerate(self.units):
+            others = [u for u in self.units if u is not unit]
+            m = self.measure(with_kept(self.rollout, others), unit.label)
+            value, ci = self.multiple(m)
+            rows.append({"unit": unit.label, "multiple": value, "multiple_ci": ci,
+                         "value": metric_values(summarize(m.records)).get(self.cfg.metric)})
+            if value is not None:
+                self.reporter.log(i, {"sensitivity/multiple": value})
+        order = sorted(range(len(self.units)), key=lambda i: -(rows[i]["multiple"] or 0.0))
+        ranked = [dict(rows[i], rank=r + 1) for r, i in enumerate(order)]
+        return ranked, [self.units[i] for i in order]
+
+    def search_recipe(self, ranked_units: list[Unit], full_report: dict) -> dict:
+        """The shortest prefix of ``ranked_units`` kept in BF16 that brings the multiple
+        under the target, with the trials that found it and the KV capacity it keeps."""
+        from .capacity import kv_capacity
+
+        target = self.cfg.target
+        full_mult = full_report["multiple"]
+        if full_mult is not None and full_mult <= target:
+            kept: list[Unit] = []
+            recipe = {"keep_bf16": [], "multiple": full_mult, "multiple_ci": full_report["multiple_ci"], "reached": True}
+        else:
+            trials: dict[int, dict] = {}
+            n = len(ranked_units)
+            best = smallest_passing(1, n, lambda k: self.try_keeping(ranked_units[:k], trials))
+            if best is None:
+                kept = ranked_units
+                recipe = {"keep_bf16": keep_entries(kept), "multiple": trials.get(n, {}).get("multiple"),
+                          "reached": False,
+                          "note": "keeping every unit in BF16 does not reach the target (staleness is not localised)"}
+            else:
+                kept = ranked_units[:best]
+                recipe = {"keep_bf16": keep_entries(kept), "multiple": trials[best]["multiple"],
+                          "multiple_ci": trials[best]["multiple_ci"], "reached": True}
+            recipe["trials"] = [trials[k] for k in sorted(trials)]
+        recipe["target"] = target
+        recipe_cfg = with_kept(self.rollout, kept)
+        recipe["kv_cache"] = kv_capacity(self.session.model_config, self.session.kv_layer_formats(recipe_cfg))
+        recipe["rollout"] = recipe_cfg.model_dump(mode="json")
+        return recipe
+
+    def try_keeping(self, kept: list[Unit], trials: dict[int, dict]) -> bool:
+        """Measure the config with ``kept`` in BF16, record the trial; True under the target."""
+        k = len(kept)
+        m = self.measure(with_kept(self.rollout, kept), f"recipe: keep {k} in BF16")
+        value, ci = self.multiple(m)
+        trials[k] = {"kept": k, "multiple": value, "multiple_ci": ci}
+        if value is not None:
+            self.reporter.log(k, {"sensitivity/recipe_multiple": value})
+        return value is not None and value <= self.cfg.target
 
 
 def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None) -> dict:
     """Rank units by their multiple; with ``target``, the smallest BF16 set (in ranking order)
     that brings the config under it, and the KV capacity that recipe keeps."""
     from .capacity import kv_capacity
-    from .mismatch import MeasurementSession, compare
-    from .metrics import finite_or_none, json_safe, multiple_with_ci
+    from .metrics import json_safe
+    from .mismatch import compare
 
-    reporter = reporter or NullReporter()
-    t0 = time.perf_counter()
-    session = MeasurementSession(cfg, reporter)
-    rollout = session.rollout
-    session.check_rollout(rollout)
-    units = _units(session, cfg.unit)
-    n_prompts = len(session.prompt_ids)
-    search_budget = max(1, len(units)).bit_length() + 1 if cfg.target is not None else 0
-    total = 2 + len(units) + search_budget
-    step = [0]
-
-    def measure(c: RolloutConfig, label: str):
-        k = step[0]
-        step[0] += 1
-        return session.measure(c, label, (k / total, min(1.0, (k + 1) / total)))
-
-    def multiple(m, ref):
-        value, ci = multiple_with_ci(m.records, ref.records, cfg.metric, n_prompts, cfg.bootstrap, seed=cfg.seed)
-        return finite_or_none(value), ci
-
-    step[0] += 1
-    ref = session.reference(session.reference_config(cfg.reference_engine), (0.0, 1 / total))
-    full = measure(rollout, "full config")
-    full_report = compare(session, full, ref, cfg.metric, cfg.bootstrap)
-
-    ranking = []
-    for i, (label, keep) in enumerate(units):
-        m = measure(_with_keep(rollout, keep), label)
-        value, ci = multiple(m, ref)
-        ranking.append({"unit": label, "multiple": value, "multiple_ci": ci, "value": _metric_mean(m, cfg.metric)})
-        if value is not None:
-            reporter.log(i, {"sensitivity/multiple": value})
-    order = sorted(range(len(units)), key=lambda i: -(ranking[i]["multiple"] or 0.0))
-    ranked = [dict(ranking[i], rank=r + 1) for r, i in enumerate(order)]
-
-    def keep_entries(k: int) -> list:
-        out: list = []
-        for i in order[:k]:
-            label = units[i][0]
-            out.append(int(label.split()[1]) if cfg.unit == "layer" else label)
-        return out
-
-    recipe = None
-    if cfg.target is not None:
-        trials: dict[int, dict] = {len(units): None}  # type: ignore[dict-item]
-        full_mult = full_report["multiple"]
-        if full_mult is not None and full_mult <= cfg.target:
-            recipe = {"keep_bf16": [], "multiple": full_mult, "multiple_ci": full_report["multiple_ci"], "reached": True}
-        else:
-            lo, hi = 1, len(units)  # smallest k in [lo, hi] with multiple(k) <= target
-            best = None
-            trials = {}
-            while lo <= hi:
-                mid = (lo + hi) // 2
-                c = _with_keep(rollout, keep_entries(mid))
-                m = measure(c, f"recipe: keep {mid} in BF16")
-                value, ci = multiple(m, ref)
-                trials[mid] = {"kept": mid, "multiple": value, "multiple_ci": ci}
-                if value is not None:
-                    reporter.log(mid, {"sensitivity/recipe_multiple": value})
-                if value is not None and value <= cfg.target:
-                    best = mid
-                    hi = mid - 1
-                else:
-                    lo = mid + 1
-            if best is None:
-                recipe = {"keep_bf16": keep_entries(len(units)), "multiple": trials.get(len(units), {}).get("multiple"),
-                          "reached": False,
-                          "note": "keeping every unit in BF16 does not reach the target (staleness is not localised)"}
-            else:
-                recipe = {"keep_bf16": keep_entries(best), "multiple": trials[best]["multiple"],
-                          "multiple_ci": trials[best]["multiple_ci"], "reached": True}
-            recipe["trials"] = [trials[k] for k in sorted(trials)]
-        recipe["target"] = cfg.target
-        recipe_cfg = _with_keep(rollout, recipe["keep_bf16"])
-        recipe["kv_cache"] = kv_capacity(session.model_config, session.kv_layer_formats(recipe_cfg))
-        recipe["rollout"] = recipe_cfg.model_dump(mode="json")
-
-    reporter.progress(1.0, "done")
+    run = SensitivityRun(cfg, reporter)
+    session, rollout = run.session, run.rollout
+    full = run.measure(rollout, "full config")
+    full_report = compare(session, full, run.ref, cfg.metric, cfg.bootstrap)
+    ranked, ranked_units = run.rank_units()
+    recipe = run.search_recipe(ranked_units, full_report) if cfg.target is not None else None
+    run.reporter.progress(1.0, "done")
     return json_safe({
         "metric": cfg.metric,
         "model": cfg.model,
         "task": session.task,
-        "prompts": n_prompts,
+        "prompts": len(session.prompt_ids),
         "unit": cfg.unit,
         "rollout": rollout.model_dump(mode="json"),
         "value": full_report["value"],
@@ -134,11 +191,5 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
         "ranking": ranked,
         "recipe": recipe,
         "kv_cache": kv_capacity(session.model_config, session.kv_layer_formats(rollout)),
-        "timing": {"total_s": time.perf_counter() - t0, "measurements": step[0]},
+        "timing": {"total_s": session.elapsed(), "measurements": run.progress.done},
     })
-
-
-def _metric_mean(m, metric: str):
-    from .metrics import metric_values, summarize
-
-    return metric_values(summarize(m.records)).get(metric)

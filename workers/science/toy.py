@@ -20,7 +20,7 @@ import torch
 from ._compat import hide_broken_vision_packages
 
 from .reporting import Cancelled, NullReporter, Reporter
-from .tasks import ARITHMETIC_LEVELS, arithmetic_answer_text, arithmetic_prompt_set
+from .prompts import ARITHMETIC_LEVELS, arithmetic_answer_text, arithmetic_prompt_set
 
 hide_broken_vision_packages()
 
@@ -176,7 +176,7 @@ def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = Non
     from transformers import Qwen2ForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from .engines.hf import SnapshotRing
+    from .engines.hf.staleness import SnapshotRing
 
     hf_logging.disable_progress_bar()
 

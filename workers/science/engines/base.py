@@ -53,15 +53,25 @@ class RolloutEngine(Protocol):
         self, prompt_ids: Sequence[Sequence[int]], tokens: torch.Tensor, mask: torch.Tensor, return_full: bool = False
     ) -> Scores: ...
 
+    def info(self) -> dict: ...
+
     def close(self) -> None: ...
 
 
-def prompt_uniforms(seed: int, offset: int, n: int, length: int) -> torch.Tensor:
-    """One uniform per (prompt, position), fixed by ``seed`` and the prompt's global index:
-    two engines given the same seed sample with common random numbers, so their decodes
-    coincide until their distributions differ enough to flip a token."""
-    out = torch.empty(n, length, dtype=torch.float64)
-    for i in range(n):
-        g = torch.Generator().manual_seed((seed * 1_000_003 + offset + i) % (2**63 - 1))
-        out[i] = torch.rand(length, generator=g, dtype=torch.float64)
-    return out
+#: vLLM takes per-request seeds in a 32-bit signed range; both engines use this modulus.
+SEED_MODULUS = 2**31 - 1
+
+
+def sequence_seed(seed: int, index: int) -> int:
+    """The sampling seed of the prompt with global ``index`` in a run seeded ``seed``: the
+    same prompt gets the same seed in every batch layout and in both engines."""
+    return (seed * 1_000_003 + index) % SEED_MODULUS
+
+
+def special_token_ids(hf_config) -> tuple[int | None, int]:
+    """(EOS id, pad id) of a Hugging Face model config: the first EOS where it lists
+    several; pad falls back to EOS, then 0."""
+    eos = getattr(hf_config, "eos_token_id", None)
+    eos_id = eos[0] if isinstance(eos, (list, tuple)) else eos
+    pad = getattr(hf_config, "pad_token_id", None)
+    return eos_id, int(pad if pad is not None else (eos_id or 0))

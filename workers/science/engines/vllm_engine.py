@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 
 from ..config import ConfigError, RolloutConfig, SamplingConfig
-from .base import Rollouts, Scores
+from .base import Rollouts, Scores, sequence_seed, special_token_ids
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -71,7 +71,7 @@ class VLLMEngine:
 
     def __init__(self, model_dir: str, cfg: RolloutConfig, *, max_model_len: int | None = None,
                  kv_cache_gib: int = 1, multiprocessing: bool = False, max_num_seqs: int = 256) -> None:
-        from .hf import check_model_path
+        from .hf.loading import check_model_path
 
         check_model_path(model_dir)
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1" if multiprocessing else "0")
@@ -100,10 +100,11 @@ class VLLMEngine:
         self.llm = LLM(**kwargs)
         hf_config = self.llm.llm_engine.model_config.hf_config
         self.vocab_size = int(hf_config.vocab_size)
-        eos = getattr(hf_config, "eos_token_id", None)
-        self.eos_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
-        pad = getattr(hf_config, "pad_token_id", None)
-        self.pad_token_id = int(pad if pad is not None else (self.eos_token_id or 0))
+        self.eos_token_id, self.pad_token_id = special_token_ids(hf_config)
+
+    def info(self) -> dict:
+        """Nothing to report: vLLM applies the config itself."""
+        return {}
 
     def _params(self, sampling: SamplingConfig, seed: int | None, **extra):
         from vllm import SamplingParams
@@ -116,7 +117,7 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
-        params = [self._params(sampling, (seed * 1_000_003 + offset + i) % (2**31 - 1)) for i in range(len(prompts))]
+        params = [self._params(sampling, sequence_seed(seed, offset + i)) for i in range(len(prompts))]
         outs = self.llm.generate(prompts, params, use_tqdm=False)
         b = len(outs)
         length = max(1, max(len(o.outputs[0].token_ids) for o in outs))

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from workers.science.tasks import (
+from workers.science.prompts import (
     arithmetic_prompt_set,
     extract_arithmetic,
     extract_boxed,

@@ -1,0 +1,105 @@
+"""The ``hf`` engine: a prepared transformers model (:mod:`.prepare`), decoded with the
+FP8-aware KV cache (:mod:`.kv_cache`) and common-random-number sampling (:mod:`.sampling`)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from ...config import RolloutConfig, SamplingConfig
+from ..base import Rollouts, Scores, special_token_ids
+from .kv_cache import make_cache
+from .loading import resolve_device
+from .prepare import PreparedModel, prepare_rollout_model
+from .sampling import choose_tokens, left_pad, positions, prompt_uniforms
+
+
+class HFEngine:
+    """Rollouts and scoring with a transformers model on any device, every precision option.
+
+    ``base_model`` is an fp32 copy of the checkpoint the caller gives up (a measurement
+    session hands its loaded weights over instead of reading the checkpoint again)."""
+
+    name = "hf"
+
+    def __init__(self, model_dir: str, cfg: RolloutConfig | None = None, device: str | torch.device = "auto",
+                 base_model: nn.Module | None = None) -> None:
+        self.cfg = cfg or RolloutConfig(dtype="fp32")
+        self.device = resolve_device(device)
+        self.prepared: PreparedModel | None = prepare_rollout_model(model_dir, self.cfg, self.device, base_model)
+        self.model = self.prepared.model
+        self.vocab_size = int(self.model.config.vocab_size)
+        self.eos_token_id, self.pad_token_id = special_token_ids(self.model.config)
+
+    @classmethod
+    def trainer(cls, model_dir: str, dtype: str = "fp32", device: str | torch.device = "auto") -> "HFEngine":
+        """The trainer reference: the checkpoint at full precision, no perturbation."""
+        return cls(model_dir, RolloutConfig(dtype=dtype), device)
+
+    def info(self) -> dict:
+        """What the config did to the model: FP8 backend, quantized / kept modules, FP8 KV layers."""
+        p = self.prepared
+        return {
+            "fp8_backend": p.fp8_backend,
+            "quantized_modules": len(p.quantized),
+            "kept_bf16": sorted(p.kept),
+            "kv_fp8_layers": [i for i, f in enumerate(p.kv_formats) if f],
+            "layers": len(p.kv_formats),
+        }
+
+    @torch.no_grad()
+    def sample(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig, seed: int, offset: int = 0,
+               return_full: bool = False) -> Rollouts:
+        b = len(prompt_ids)
+        steps = sampling.max_new_tokens
+        u = prompt_uniforms(seed, offset, b, steps)
+        ids, attn = left_pad(prompt_ids, self.pad_token_id, self.device)
+        cache = make_cache(self.prepared.kv_formats, self.cfg.kv_scale)
+        tokens = torch.full((b, steps), self.pad_token_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros((b, steps), dtype=torch.bool, device=self.device)
+        lps = torch.zeros((b, steps), dtype=torch.float32, device=self.device)
+        fulls = [] if return_full else None
+        done = torch.zeros(b, dtype=torch.bool, device=self.device)
+        inp, pos = ids, positions(attn)
+        t = 0
+        for t in range(steps):
+            out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True)
+            logits = out.logits[:, -1, :].float()
+            logp = torch.log_softmax(logits, dim=-1)
+            nxt = choose_tokens(logits, sampling, u[:, t])
+            alive = ~done
+            tokens[:, t] = torch.where(alive, nxt, torch.full_like(nxt, self.pad_token_id))
+            mask[:, t] = alive
+            lps[:, t] = torch.where(alive, logp.gather(-1, nxt[:, None]).squeeze(-1), torch.zeros_like(lps[:, t]))
+            if fulls is not None:
+                fulls.append(logp)
+            if self.eos_token_id is not None and not sampling.ignore_eos:
+                done = done | (nxt == self.eos_token_id)
+            if bool(done.all()):
+                break
+            inp = tokens[:, t : t + 1]
+            attn = torch.cat([attn, alive.long()[:, None]], dim=1)
+            pos = pos[:, -1:] + 1
+        n = t + 1
+        full = torch.stack(fulls, dim=1) if fulls is not None else None
+        # Full distributions stay on the device: [B, L, V] is large for real vocabularies.
+        return Rollouts([list(p) for p in prompt_ids], tokens[:, :n].cpu(), mask[:, :n].cpu(), lps[:, :n].cpu(), full)
+
+    @torch.no_grad()
+    def score(self, prompt_ids: Sequence[Sequence[int]], tokens: torch.Tensor, mask: torch.Tensor,
+              return_full: bool = False) -> Scores:
+        ids, attn = left_pad(prompt_ids, self.pad_token_id, self.device)
+        p = ids.shape[1]
+        resp = tokens.to(self.device)
+        full_ids = torch.cat([ids, resp], dim=1)
+        full_attn = torch.cat([attn, mask.to(self.device).long()], dim=1)
+        out = self.model(input_ids=full_ids, attention_mask=full_attn, position_ids=positions(full_attn), use_cache=False)
+        logits = out.logits[:, p - 1 : p - 1 + resp.shape[1], :].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        lp = logp.gather(-1, resp[..., None]).squeeze(-1) * mask.to(self.device)
+        return Scores(lp.cpu(), logp if return_full else None)
+
+    def close(self) -> None:
+        self.model = None
+        self.prepared = None
