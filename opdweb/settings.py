@@ -104,7 +104,10 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            # The layer waits on Redis with a 5 s blocking pop; redis-py's default 5 s read
+            # timeout would end that wait with an error and drop every idle client.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5,
+                       "socket_keepalive": True}],
             "capacity": 1000,
             "expiry": 30,
             "group_expiry": 24 * 3600,
@@ -121,7 +124,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=6 * 3600)}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=6 * 3600),
+    "socket_connect_timeout": 3,
+}
+# A submit while the broker is down answers 503 within about a second, not after minutes.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.3, "interval_max": 0.5}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     # On the control queue, whose worker runs no jobs: nothing long can delay the reaper.
@@ -132,6 +140,8 @@ CELERY_BEAT_SCHEDULE = {
 # older than JOB_STALE_SECONDS is reaped.
 JOB_HEARTBEAT_SECONDS = env.float("JOB_HEARTBEAT_SECONDS", default=5.0)
 JOB_STALE_SECONDS = env.float("JOB_STALE_SECONDS", default=60.0)
+# A job queued this long whose message is not in the broker (a Redis crash) is sent again.
+JOB_RESEND_SECONDS = env.float("JOB_RESEND_SECONDS", default=60.0)
 # Each kind has a time limit (workers/science/entrypoints.py); an operator may cap them all.
 # A job is asked to stop at its limit and killed with its worker GRACE seconds later.
 JOB_TIME_LIMIT_MAX_S = env.float("JOB_TIME_LIMIT_MAX_S", default=None)

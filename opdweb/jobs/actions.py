@@ -5,6 +5,7 @@ announces on the live channel.  The state writes themselves are methods of
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
 
 from django.conf import settings
@@ -13,9 +14,12 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from opdweb.jobs import live
+from opdweb.jobs.broker import BROKER_ERRORS, task_id, waiting_attempts
 from opdweb.jobs.models import Job, JobState
 from opdweb.refusals import Refused
 from workers.science.entrypoints import JobKind, UnknownJobKind, get_kind
+
+log = logging.getLogger(__name__)
 
 
 def check_job_config(kind_name: str, config) -> tuple[JobKind, dict]:
@@ -46,8 +50,20 @@ def do_submit_job(*, team, user, kind_name: str, config, name: str = "") -> Job:
             config=normalised,
             max_attempts=kind.max_attempts,
         )
-        transaction.on_commit(lambda: enqueue(job.pk, job.attempts))
+        transaction.on_commit(lambda: _enqueue_or_withdraw(job))
     return job
+
+
+def _enqueue_or_withdraw(job: Job) -> None:
+    """Send the new job's message; if the broker is unreachable, take the row back so
+    that nothing is left half-submitted, and refuse with a 503."""
+    try:
+        enqueue(job.pk, job.attempts)
+    except BROKER_ERRORS:
+        log.warning("broker unreachable; job %s withdrawn", job.pk, exc_info=True)
+        Job.objects.filter(pk=job.pk).delete()
+        raise Refused("the job queue is unreachable, so nothing was submitted; try again in a moment",
+                      status=503) from None
 
 
 def enqueue(job_id: int, attempt: int) -> None:
@@ -57,7 +73,25 @@ def enqueue(job_id: int, attempt: int) -> None:
     job = Job.objects.only("kind").get(pk=job_id)
     kind = get_kind(job.kind)
     # The runner enforces the kind's time limit (solo-pool workers ignore Celery's).
-    app.send_task("opdweb.run_job", args=[job_id, attempt], queue=kind.queue)
+    app.send_task("opdweb.run_job", args=[job_id, attempt], queue=kind.queue, task_id=task_id(job_id, attempt))
+
+
+def do_resend_lost_messages(now=None) -> list[int]:
+    """Queued jobs older than ``JOB_RESEND_SECONDS`` whose message is neither waiting in
+    the broker nor held by a worker lost it (a broker crash or flush): send it again.
+    Safe to repeat: a second delivery of the same attempt is a stale one that nothing runs."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.JOB_RESEND_SECONDS)
+    queued = list(Job.objects.filter(state=JobState.QUEUED, created_at__lt=cutoff).values_list("pk", "attempts", "kind"))
+    if not queued:
+        return []
+    waiting = waiting_attempts(sorted({get_kind(kind).queue for _, _, kind in queued}))
+    resent = []
+    for job_id, attempt, _ in queued:
+        if (job_id, attempt) not in waiting:
+            log.warning("job %s attempt %s: its message is gone from the broker; sending it again", job_id, attempt)
+            enqueue(job_id, attempt)
+            resent.append(job_id)
+    return resent
 
 
 def do_cancel_job(job: Job) -> Job:

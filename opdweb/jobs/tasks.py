@@ -13,6 +13,7 @@ def run_job(self, job_id: int, attempt: int):
 
 @shared_task(name="opdweb.reap_stale_jobs")
 def reap_stale_jobs():
-    from opdweb.jobs.actions import do_reap_stale_jobs
+    from opdweb.jobs.actions import do_reap_stale_jobs, do_resend_lost_messages
 
+    do_resend_lost_messages()
     return do_reap_stale_jobs()

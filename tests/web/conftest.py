@@ -121,10 +121,10 @@ def start_worker(service_env, tmp_path):
 
     started: list[Process] = []
 
-    def start(name: str = "w1") -> Process:
+    def start(name: str = "w1", **extra_env: str) -> Process:
         command = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "-Q", "gpu,cpu",
                    "--pool", "solo", "-n", f"{name}@test", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
-        proc = Process(f"worker-{name}", command, service_env, tmp_path)
+        proc = Process(f"worker-{name}", command, {**service_env, **extra_env}, tmp_path)
         started.append(proc)
         wait_for(lambda: WorkerPresence.objects.filter(name=f"{name}@test", pid=proc.proc.pid).exists(), 60,
                  f"worker {name} to report in", process=proc)
