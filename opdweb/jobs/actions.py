@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from opdweb.jobs import live
 from opdweb.jobs.broker import BROKER_ERRORS, task_id, waiting_attempts
 from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.sandbox import confine
 from opdweb.refusals import Refused
 from workers.science.entrypoints import JobKind, UnknownJobKind, get_kind
 
@@ -23,7 +24,8 @@ log = logging.getLogger(__name__)
 
 
 def check_job_config(kind_name: str, config) -> tuple[JobKind, dict]:
-    """Validate ``config`` against the kind's schema; returns the normalised config."""
+    """Validate ``config`` against the kind's schema and keep its paths inside the sandbox;
+    returns the normalised config (paths resolved)."""
     try:
         kind = get_kind(kind_name)
     except UnknownJobKind as exc:
@@ -36,7 +38,7 @@ def check_job_config(kind_name: str, config) -> tuple[JobKind, dict]:
         model = kind.config.model_validate(config)
     except ValidationError as exc:
         raise Refused.invalid(exc, f"invalid {kind.name} config", root="(config)") from None
-    return kind, model.model_dump(mode="json")
+    return kind, confine(kind.config, model.model_dump(mode="json"))
 
 
 def do_submit_job(*, team, user, kind_name: str, config, name: str = "") -> Job:

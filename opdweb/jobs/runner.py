@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from opdweb.jobs import live
 from opdweb.jobs.models import Job, JobLogEntry, JobState
+from opdweb.jobs.sandbox import confine, product_values
 from opdweb.traces.sink import TraceSink
 from workers.science.entrypoints import get_kind
 from workers.science.reporting import Cancelled
@@ -162,7 +163,7 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
     sink = TraceSink(job.pk)
     reporter = JobReporter(job, sink, deadline)
     try:
-        config = kind.config.model_validate(job.config)
+        config = kind.config.model_validate(confine(kind.config, job.config, product=product_values()))
         log.info("job %s (%s) attempt %s started on %s", job.pk, job.kind, attempt, job.worker)
         result = kind.run(config, reporter)
         sink.flush()

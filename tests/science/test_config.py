@@ -112,3 +112,21 @@ def test_config_and_entrypoints_import_without_torch():
         "assert 'django' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_catastrophic_regex_is_matched_in_linear_time():
+    """``(\\w|\\w|.)*X`` backtracks exponentially in Python's re; on RE2 it answers at once."""
+    import time
+
+    from workers.science.config import keep_pattern
+
+    matches = keep_pattern(r"re:^(\w|\w|.)*X")
+    started = time.perf_counter()
+    assert not matches("model.layers.0.mlp.up_proj" * 4)
+    assert matches("model.layers.0.mlp.X")
+    assert time.perf_counter() - started < 1.0
+
+
+def test_it_refuses_regexes_re2_cannot_run_and_overlong_patterns():
+    assert "not a valid RE2 pattern" in problems(r"keep_bf16: ['re:(a)\1']")[0]
+    assert "at most 200 characters" in problems("keep_bf16: ['" + "x" * 201 + "']")[-1]

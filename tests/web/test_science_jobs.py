@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from django.conf import settings
 
 from opdweb.jobs.actions import check_job_config, do_submit_job
 from opdweb.refusals import Refused
@@ -13,10 +14,11 @@ from tests.web.conftest import ROOT, wait_for
 
 
 @pytest.fixture(scope="session")
-def toy_student(tmp_path_factory) -> str:
+def toy_student() -> str:
+    """The toy student where ``make run`` builds it: under the data directory's model root."""
     from workers.science.toy import build_toy_models
 
-    out = tmp_path_factory.mktemp("toy") / "test"
+    out = settings.DATA_DIR / "toy" / "test"
     build_toy_models("test", out)
     return str(out / "student")
 
@@ -62,11 +64,18 @@ def test_a_worker_runs_an_admission_measurement(member, start_worker, toy_studen
     assert TraceSeries.objects.filter(job=job, key__startswith="mismatch/").exists()
 
 
-def test_a_missing_model_path_fails_the_job_with_a_clear_error(member, start_worker, tmp_path):
+def test_a_model_path_that_vanished_fails_the_job_with_a_clear_error(member, start_worker, toy_student, tmp_path):
+    """Checked at submit, and again by the worker: a checkpoint removed in between fails the job."""
+    import shutil
+
     user, team = member
     worker = start_worker()
-    missing = str(tmp_path / "no-such-model")
-    job = do_submit_job(team=team, user=user, kind_name="mismatch", config={"model": missing, "prompts": 4, "device": "cpu"})
+    gone = settings.DATA_DIR / "models" / f"vanishing-{tmp_path.name}"
+    shutil.copytree(toy_student, gone)
+    try:
+        job = do_submit_job(team=team, user=user, kind_name="mismatch", config={"model": str(gone), "prompts": 4, "device": "cpu"})
+    finally:
+        shutil.rmtree(gone)
     wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.FAILED, 120, "the failure", process=worker, interval=0.5)
     job.refresh_from_db()
-    assert missing in job.error
+    assert "does not exist under the model roots" in job.error and str(gone) in job.error

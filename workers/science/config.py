@@ -7,10 +7,11 @@ index out of range, a block size that does not divide a weight) are raised as
 """
 from __future__ import annotations
 
-import re
+import fnmatch
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Callable, Literal, Union
 
+import re2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -25,6 +26,7 @@ Fp8Matmul = Literal["auto", "emulate", "scaled_mm"]
 MetricName = Literal["k1", "k2", "k3", "kl_full", "tv_full", "chi2_token", "mult_error"]
 
 #: Hard limits so that a huge request is refused at validation, not discovered on a GPU.
+MAX_PATTERN_CHARS = 200
 MAX_PROMPTS = 65_536
 MAX_NEW_TOKENS = 8_192
 MAX_SEED = 2**31 - 1
@@ -47,7 +49,21 @@ class SamplingConfig(_Strict):
     ignore_eos: bool = Field(False, description="Keep sampling after EOS (fixed-length rollouts, for benchmarks).")
 
 
-KeepEntry = Union[Annotated[int, Field(ge=0)], str]
+KeepEntry = Union[Annotated[int, Field(ge=0)], Annotated[str, Field(max_length=MAX_PATTERN_CHARS)]]
+
+
+def keep_pattern(entry: str) -> Callable[[str], bool]:
+    """The matcher of a ``keep_bf16`` name pattern: a glob (``model.layers.0.mlp.*``) or a
+    regex written ``re:...``.  Regexes run on RE2, whose matching time is linear in the
+    name, so no pattern a user writes can stall a worker (Python's ``re`` backtracks
+    exponentially on patterns such as ``(\\w|\\w|.)*X``); RE2 has no backreferences or
+    lookarounds, and a pattern using them is refused here."""
+    if entry.startswith("re:"):
+        try:
+            return re2.compile(entry[3:]).search
+        except re2.error as exc:
+            raise ValueError(f"keep_bf16 regex {entry!r} is not a valid RE2 pattern: {exc}") from None
+    return lambda name: fnmatch.fnmatchcase(name, entry)
 
 
 class RolloutConfig(_Strict):
@@ -86,11 +102,7 @@ class RolloutConfig(_Strict):
             if isinstance(entry, str):
                 if not entry.strip():
                     raise ValueError("keep_bf16 entries must not be empty strings")
-                if entry.startswith("re:"):
-                    try:
-                        re.compile(entry[3:])
-                    except re.error as exc:
-                        raise ValueError(f"keep_bf16 regex {entry!r} does not compile: {exc}") from None
+                keep_pattern(entry)
         return entries
 
     @model_validator(mode="after")
@@ -129,9 +141,11 @@ class RolloutConfig(_Strict):
 
 
 class _JobConfig(_Strict):
-    model: str = Field(..., min_length=1, description="Local checkpoint directory (or hub id where a network allows).")
+    model: str = Field(..., min_length=1, max_length=1000, json_schema_extra={"sandbox": "model"},
+                       description="Checkpoint directory under the model roots (or a hub id where the installation allows).")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    task: str = Field("auto", description="'auto' (the task the model dir names, else arithmetic:3), 'arithmetic:LEVEL', or a GSM8K/MATH JSONL path.")
+    task: str = Field("auto", max_length=1000, json_schema_extra={"sandbox": "data", "builtin": ["auto", "arithmetic:*"]},
+                      description="'auto' (the task the model dir names, else arithmetic:3), 'arithmetic:LEVEL', or a GSM8K/MATH JSONL file under the data roots.")
     prompts: int = Field(256, ge=1, le=MAX_PROMPTS)
     max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, description="Overrides rollout.sampling.")
     seed: int = Field(0, ge=0, le=MAX_SEED)
@@ -156,7 +170,8 @@ class MismatchJobConfig(_JobConfig):
     reference_engine: Engine | None = Field(None, description="Engine of the BF16 unit; default: the rollout's engine.")
     bootstrap: int = Field(1000, ge=0, le=100_000)
     cache_dir: str | None = Field(
-        None, description="Directory for cached BF16 reference measurements (they repeat for every config)."
+        None, json_schema_extra={"sandbox": "product"},
+        description="Directory for cached BF16 reference measurements (they repeat for every config); the product sets it for jobs.",
     )
     position_buckets: list[int] = Field(default_factory=lambda: [0, 8, 16, 32, 64, 128, 256, 512, 1024], max_length=64)
 

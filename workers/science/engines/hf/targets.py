@@ -8,14 +8,13 @@ formats, for the engine and for the measurement session alike.
 """
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass
 from typing import Sequence
 
 from torch import nn
 
-from ...config import ConfigError, RolloutConfig
+from ...config import ConfigError, RolloutConfig, keep_pattern
 from ...quant import check_block
 
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -52,11 +51,8 @@ def resolve_keep_bf16(entries: Sequence[int | str], module_names: Sequence[str],
                 )
             kept.update(n for n in universe if layer_index(n) == entry)
             continue
-        if entry.startswith("re:"):
-            rx = re.compile(entry[3:])
-            hits = [n for n in universe if rx.search(n)]
-        else:
-            hits = [n for n in universe if fnmatch.fnmatchcase(n, entry)]
+        matches = keep_pattern(entry)
+        hits = [n for n in universe if matches(n)]
         if not hits:
             example = module_names[0] if module_names else "model.layers.0.mlp.up_proj"
             raise ConfigError(f"keep_bf16 pattern {entry!r} matches no module (names look like {example!r})")
