@@ -75,6 +75,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL")
 
+# A failed CSRF check under /api/ is a JSON 403 like every other API refusal.
+CSRF_FAILURE_VIEW = "opdweb.api.csrf_failure"
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from django.shortcuts import get_object_or_404
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from opdweb.api import Routes
 from opdweb.jobs.access import visible_job
@@ -33,6 +33,25 @@ class JobIn(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     name: str = Field("", max_length=200)
     team: str | None = Field(None, description="team slug; defaults to your only team")
+
+
+def job_submission_schema():
+    """``JobIn`` as the OpenAPI document tells it: one alternative per registered kind,
+    with that kind's config schema.  The request is validated in two steps (the body by
+    ``JobIn``, then the config by its kind's schema) so a bad config gets its own errors;
+    this union documents what the two steps enforce together."""
+    variants = []
+    for kind in KINDS.values():
+        config_required = any(f.is_required() for f in kind.config.model_fields.values())
+        variants.append(create_model(
+            f"{kind.name.capitalize()}Submission",
+            __config__=ConfigDict(extra="forbid"),
+            kind=(Literal[kind.name], ...),
+            config=(kind.config, ...) if config_required else (kind.config, Field(default_factory=kind.config)),
+            name=(str, Field("", max_length=200)),
+            team=(str | None, Field(None, description="team slug; defaults to your only team")),
+        ))
+    return Annotated[Union[tuple(variants)], Field(discriminator="kind")]
 
 
 class JobOut(Out):
@@ -132,7 +151,8 @@ def list_jobs(request, query: JobFilter):
     return list(jobs[: query.limit])
 
 
-@routes.route("POST", "jobs", summary="Submit a job", body=JobIn, response=JobOut, status=201, errors=(400, 403, 413))
+@routes.route("POST", "jobs", summary="Submit a job", body=JobIn, body_schema=job_submission_schema, response=JobOut,
+              status=201, errors=(400, 403, 413))
 def submit_job(request, body: JobIn):
     teams = teams_of(request.user, Role.MEMBER)
     if body.team:
@@ -176,6 +196,6 @@ def downsampled_series(request, job_id: int, query: DownsampleQuery):
 
 
 @routes.route("GET", "jobs/<int:job_id>/export", summary="Every point of the job (or of some keys), streamed as CSV or JSON lines",
-           query=ExportQuery, errors=(404,))
+           query=ExportQuery, errors=(404,), produces=("text/csv", "application/x-ndjson"))
 def export_points(request, job_id: int, query: ExportQuery):
     return export_response(visible_job(request.user, job_id), query.format, query.key or None)

@@ -9,6 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from opdweb.api import check_storable, load_json
 from opdweb.jobs.access import visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.models import Job, JobState
@@ -47,10 +48,8 @@ def job_new(request):
         try:
             if team is None:
                 raise Refused("choose a team you can submit to", status=403)
-            try:
-                config = json.loads(form["config"] or "{}")
-            except json.JSONDecodeError as exc:
-                raise Refused(f"config is not valid JSON: {exc}") from None
+            check_storable(form["name"], "form", root="name")
+            config = load_json(form["config"] or "{}", "config")
             job = do_submit_job(team=team, user=request.user, kind_name=form["kind"], config=config, name=form["name"])
         except Refused as exc:
             error = str(exc)
