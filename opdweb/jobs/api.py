@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from opdweb.api import Routes
-from opdweb.jobs.access import visible_job
+from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.models import Job
 from opdweb.refusals import Refused
@@ -72,6 +72,7 @@ class JobOut(Out):
     finished_at: datetime | None
     heartbeat_at: datetime | None
     error: str
+    traceback: str | None = Field(None, description="a failure's traceback; null for viewers (members and up, and staff, see it)")
     result: Any
 
     @field_validator("team", mode="before")
@@ -148,7 +149,13 @@ def list_jobs(request, query: JobFilter):
         jobs = jobs.filter(kind=query.kind)
     if query.state:
         jobs = jobs.filter(state=query.state)
-    return list(jobs[: query.limit])
+    jobs = list(jobs[: query.limit])
+    if not request.user.is_staff:
+        member_of = set(teams_of(request.user, Role.MEMBER).values_list("pk", flat=True))
+        for job in jobs:
+            if job.team_id not in member_of:
+                job.traceback = None
+    return jobs
 
 
 @routes.route("POST", "jobs", summary="Submit a job", body=JobIn, body_schema=job_submission_schema, response=JobOut,
@@ -170,7 +177,10 @@ def submit_job(request, body: JobIn):
 
 @routes.route("GET", "jobs/<int:job_id>", summary="One job", response=JobOut, errors=(404,))
 def get_job(request, job_id: int):
-    return visible_job(request.user, job_id)
+    job = visible_job(request.user, job_id)
+    if not may_see_traceback(request.user, job.viewer_role):
+        job.traceback = None
+    return job
 
 
 @routes.route("POST", "jobs/<int:job_id>/cancel", summary="Cancel a job", response=JobOut, errors=(403, 404, 409))

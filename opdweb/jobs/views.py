@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from opdweb.api import check_storable, load_json
-from opdweb.jobs.access import visible_job
+from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.models import Job, JobState
 from opdweb.refusals import Refused
@@ -79,7 +79,7 @@ def job_detail(request, job_id: int):
     return render(
         request,
         "jobs/detail.html",
-        {"job": job, "can_cancel": can_cancel, "config_json": json.dumps(job.config, indent=2),
+        {"job": job, "can_cancel": can_cancel, "show_traceback": may_see_traceback(request.user, job.viewer_role), "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
          "mismatch": mismatch_summary(job.result)},
     )
