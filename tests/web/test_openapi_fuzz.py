@@ -3,6 +3,7 @@
 stateful) and sends them to a real daphne with a member's session.  Every answer must be
 documented (status, content type, body schema) and none may be a 5xx."""
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -87,7 +88,9 @@ def test_it_answers_every_generated_request_as_documented(asgi_server, member, t
     answers = statuses.read_text().splitlines() if statuses.exists() else []
     by_class = Counter(line[0] + "xx" for line in answers)
     server_errors = [line for line in answers if line.startswith("5")]
-    print(f"schemathesis: {len(answers)} requests; by status class {dict(sorted(by_class.items()))}")
+    generated = re.search(r"(\d+) generated", run.stdout)
+    print(f"schemathesis: {generated.group(1) if generated else '?'} cases generated, {len(answers)} requests answered; "
+          f"by status class {dict(sorted(by_class.items()))}")
     assert server_errors == [], "\n".join(server_errors[:20])
     assert run.returncode == 0, failures_of(run.stdout) + run.stderr[-3000:]
     assert len(answers) >= 300, run.stdout[-3000:]
