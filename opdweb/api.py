@@ -60,27 +60,26 @@ def load_json(raw: bytes | str, what: str) -> Any:
 def check_storable(data: Any, what: str, root: str = "") -> None:
     """Refuse (400) what PostgreSQL cannot store or Python cannot walk safely; iterative,
     so a deep document cannot exhaust the stack here."""
+
+    def refuse(where: str, message: str, detail: str | None = None):
+        field = where or "(body)"
+        raise Refused(detail or f"{what}: {field} {message}", details=[{"field": field, "message": message}])
+
     stack: list[tuple[str, Any, int]] = [(root, data, 0)]
     while stack:
         where, value, depth = stack.pop()
         if depth > MAX_JSON_DEPTH:
-            raise Refused(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels",
-                          details=[{"field": where or "(body)", "message": f"nested deeper than {MAX_JSON_DEPTH} levels"}])
-        if isinstance(value, str):
-            if "\x00" in value:
-                raise Refused(f"{what}: {where or '(body)'} contains a NUL character",
-                              details=[{"field": where or "(body)", "message": "contains a NUL character"}])
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                raise Refused(f"{what}: {where or '(body)'} is not a finite number",
-                              details=[{"field": where or "(body)", "message": "is not a finite number"}])
+            refuse(where, f"nested deeper than {MAX_JSON_DEPTH} levels",
+                   f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(value, str) and "\x00" in value:
+            refuse(where, "contains a NUL character")
+        elif isinstance(value, float) and not math.isfinite(value):
+            refuse(where, "is not a finite number")
         elif isinstance(value, dict):
             for key, item in value.items():
-                field = f"{where}.{key}" if where else str(key)
                 if "\x00" in key:
-                    raise Refused(f"{what}: a field name in {where or '(body)'} contains a NUL character",
-                                  details=[{"field": where or "(body)", "message": "a field name contains a NUL character"}])
-                stack.append((field, item, depth + 1))
+                    refuse(where, "a field name contains a NUL character")
+                stack.append((f"{where}.{key}" if where else key, item, depth + 1))
         elif isinstance(value, list):
             stack.extend((f"{where}.{i}" if where else str(i), item, depth + 1) for i, item in enumerate(value))
 
@@ -97,7 +96,8 @@ class Endpoint:
     status: int
     errors: tuple[int, ...]
     produces: tuple[str, ...] = ()  # media types of a non-JSON (streamed) response
-    body_schema: Callable | None = None  # returns the type that documents the body, when ``body`` alone says less
+    # Returns the type that documents the body, when ``body`` alone says less.
+    body_schema: Callable | None = None
 
     @property
     def openapi_path(self) -> str:
@@ -113,8 +113,8 @@ class Routes:
     def route(self, method: str, route: str, *, summary: str, body=None, query=None, response=None,
               status: int = 200, errors: tuple[int, ...] = (), produces: tuple[str, ...] = (), body_schema=None):
         def register(view):
-            self.endpoints.append(Endpoint(method, route, view, summary, body, query, response, status, errors, produces,
-                                           body_schema))
+            self.endpoints.append(Endpoint(method, route, view, summary, body, query, response, status, errors,
+                                           produces, body_schema))
             return view
 
         return register
@@ -130,19 +130,12 @@ class Api:
         if not request.user.is_authenticated:
             return problem(401, "log in first")
         try:
-            for name, values in request.GET.lists():
-                if any("\x00" in value for value in values):
-                    return problem(400, f"query parameter {name!r} contains a NUL character",
-                                   [{"field": name, "message": "contains a NUL character"}])
+            bad_query = _query_problem(endpoint, request.GET)
+            if bad_query is not None:
+                return bad_query
             if endpoint.body is not None:
                 data = load_json(request.body or b"null", "request body")
                 kwargs["body"] = endpoint.body.model_validate(data)
-            known = endpoint.query.model_fields if endpoint.query is not None else {}
-            unknown = sorted(set(request.GET) - set(known))
-            if unknown:
-                return problem(400, f"unknown query parameter {unknown[0]!r}"
-                               + (f"; this endpoint takes {', '.join(known)}" if known else "; this endpoint takes none"),
-                               [{"field": name, "message": "unknown query parameter"} for name in unknown])
             if endpoint.query is not None:
                 fields = endpoint.query.model_fields
                 raw = {
@@ -276,7 +269,8 @@ def _without_nul(schema):
         return [_without_nul(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: (v if k in ("default", "examples", "example", "const", "enum") else _without_nul(v)) for k, v in schema.items()}
+    values = ("default", "examples", "example", "const", "enum")  # data, not schemas
+    out = {k: (v if k in values else _without_nul(v)) for k, v in schema.items()}
     types = out.get("type")
     is_string = types == "string" or (isinstance(types, list) and "string" in types)
     if is_string and not ({"pattern", "enum", "const", "format"} & out.keys()):
@@ -297,6 +291,22 @@ def _query_parameter_schema(schema: dict) -> dict:
                 schema.pop("default")
             schema.update(kept[0])
     return schema
+
+
+def _query_problem(endpoint: Endpoint, query) -> JsonResponse | None:
+    """A 400 for a query string the endpoint does not take: a NUL in a value (PostgreSQL
+    cannot compare against it), or a parameter it does not know."""
+    for name, values in query.lists():
+        if any("\x00" in value for value in values):
+            return problem(400, f"query parameter {name!r} contains a NUL character",
+                           [{"field": name, "message": "contains a NUL character"}])
+    known = list(endpoint.query.model_fields) if endpoint.query is not None else []
+    unknown = sorted(set(query) - set(known))
+    if unknown:
+        takes = ", ".join(known) or "none"
+        return problem(400, f"unknown query parameter {unknown[0]!r}; this endpoint takes {takes}",
+                       [{"field": name, "message": "unknown query parameter"} for name in unknown])
+    return None
 
 
 def _is_list(annotation) -> bool:
@@ -346,7 +356,8 @@ def permission_denied(request, exception=None):
 
 def csrf_failure(request, reason=""):
     if _under_api(request):
-        return problem(403, f"CSRF check failed: {reason.rstrip('.')}; send the csrftoken cookie's value as X-CSRFToken")
+        return problem(403, f"CSRF check failed: {reason.rstrip('.')}; "
+                            "send the csrftoken cookie's value as X-CSRFToken")
     from django.views.csrf import csrf_failure as page_csrf_failure
 
     return page_csrf_failure(request, reason)

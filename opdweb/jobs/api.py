@@ -72,7 +72,8 @@ class JobOut(Out):
     finished_at: datetime | None
     heartbeat_at: datetime | None
     error: str
-    traceback: str | None = Field(None, description="a failure's traceback; null for viewers (members and up, and staff, see it)")
+    # A failure's traceback shows code paths and hosts: members and up, and staff.
+    traceback: str | None = Field(None, description="a failure's traceback; null for viewers")
     result: Any
 
     @field_validator("team", mode="before")

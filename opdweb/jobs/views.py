@@ -79,7 +79,8 @@ def job_detail(request, job_id: int):
     return render(
         request,
         "jobs/detail.html",
-        {"job": job, "can_cancel": can_cancel, "show_traceback": may_see_traceback(request.user, job.viewer_role), "config_json": json.dumps(job.config, indent=2),
+        {"job": job, "can_cancel": can_cancel, "show_traceback": may_see_traceback(request.user, job.viewer_role),
+         "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
          "mismatch": mismatch_summary(job.result)},
     )
