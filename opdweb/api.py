@@ -294,12 +294,8 @@ def _query_parameter_schema(schema: dict) -> dict:
 
 
 def _query_problem(endpoint: Endpoint, query) -> JsonResponse | None:
-    """A 400 for a query string the endpoint does not take: a NUL in a value (PostgreSQL
-    cannot compare against it), or a parameter it does not know."""
-    for name, values in query.lists():
-        if any("\x00" in value for value in values):
-            return problem(400, f"query parameter {name!r} contains a NUL character",
-                           [{"field": name, "message": "contains a NUL character"}])
+    """A 400 for a query parameter the endpoint does not know (a NUL in any value is
+    refused before, by :class:`opdweb.middleware.RefuseNulCharacters`)."""
     known = list(endpoint.query.model_fields) if endpoint.query is not None else []
     unknown = sorted(set(query) - set(known))
     if unknown:

@@ -9,7 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from opdweb.api import check_storable, load_json
+from opdweb.api import load_json
 from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.models import Job, JobState
@@ -48,7 +48,6 @@ def job_new(request):
         try:
             if team is None:
                 raise Refused("choose a team you can submit to", status=403)
-            check_storable(form["name"], "form", root="name")
             config = load_json(form["config"] or "{}", "config")
             job = do_submit_job(team=team, user=request.user, kind_name=form["kind"], config=config, name=form["name"])
         except Refused as exc:

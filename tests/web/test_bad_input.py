@@ -114,6 +114,12 @@ def test_it_refuses_a_boolean_where_the_schema_says_integer(api):
     assert Job.objects.count() == 0
 
 
+def test_a_form_body_to_the_api_is_a_400(api):
+    response = api.post("/api/jobs", {"kind": "selftest"})  # multipart, as a browser form would send it
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith("request body is not valid JSON")
+
+
 def test_a_non_integer_id_under_api_is_a_json_404(api):
     response = api.get("/api/jobs/abc")
     assert response.status_code == 404
@@ -168,11 +174,26 @@ def test_the_form_refuses_a_5000_digit_integer(api):
 def test_the_form_refuses_a_nul_in_the_name_or_config(api):
     response = submit_form(api, '{"steps": 3}', name="a\x00b")
     assert response.status_code == 400
-    assert "form: name contains a NUL character" in response.content.decode()
+    assert response.content.decode() == "form field 'name' contains a NUL character"
     response = submit_form(api, '{"steps": "\\u0000"}')
     assert response.status_code == 400
     assert "config: steps contains a NUL character" in response.content.decode()
     assert Job.objects.count() == 0
+
+
+def test_the_login_form_refuses_a_nul(client):
+    response = client.post("/login/", {"username": "root\x00", "password": "x"})
+    assert response.status_code == 400
+    assert response.content.decode() == "form field 'username' contains a NUL character"
+
+
+def test_an_admin_filter_with_a_nul_is_a_400_not_a_500(client):
+    from django.contrib.auth import get_user_model
+
+    client.force_login(get_user_model().objects.create_superuser("root", "root@example.com", "pw-root-123"))
+    response = client.get("/admin/jobs/job/?state__exact=%00")
+    assert response.status_code == 400
+    assert response.content.decode() == "query parameter 'state__exact' contains a NUL character"
 
 
 # Against daphne: what only the real server shows.
