@@ -10,21 +10,78 @@ here knows any app.
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, get_origin
 
 from django.http import Http404, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.urls import path
-from django.views.decorators.http import require_GET
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from opdweb.refusals import Refused
 
+# JSON deeper than this is refused: nothing we accept nests that far, and Python's
+# recursion (the decoder, pydantic, the encoder) gives out around 1,000 levels.
+MAX_JSON_DEPTH = 64
+
 
 def problem(status: int, detail: str, errors: list | None = None) -> JsonResponse:
     return JsonResponse({"detail": detail, "errors": errors or []}, status=status)
+
+
+class _NotAJsonNumber(ValueError):
+    pass
+
+
+def _refuse_constant(name: str):
+    raise _NotAJsonNumber(f"{name} is not a JSON number")
+
+
+def load_json(raw: bytes | str, what: str) -> Any:
+    """Parse ``raw`` as JSON that PostgreSQL and the rest of the stack can hold, or raise
+    :class:`Refused` (400) naming the first offending field: malformed text, nesting deeper
+    than :data:`MAX_JSON_DEPTH`, integers over Python's 4,300-digit conversion limit,
+    NaN / Infinity, and NUL characters (PostgreSQL cannot store them in text or jsonb)."""
+    try:
+        data = json.loads(raw, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise Refused(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, _NotAJsonNumber) as exc:
+        raise Refused(f"{what} is not valid JSON: {exc}") from None
+    except ValueError:  # int() past Python's limit on digits
+        raise Refused(f"{what} holds an integer longer than {sys.get_int_max_str_digits()} digits") from None
+    check_storable(data, what)
+    return data
+
+
+def check_storable(data: Any, what: str, root: str = "") -> None:
+    """Refuse (400) what PostgreSQL cannot store or Python cannot walk safely; iterative,
+    so a deep document cannot exhaust the stack here."""
+
+    def refuse(where: str, message: str, detail: str | None = None):
+        field = where or "(body)"
+        raise Refused(detail or f"{what}: {field} {message}", details=[{"field": field, "message": message}])
+
+    stack: list[tuple[str, Any, int]] = [(root, data, 0)]
+    while stack:
+        where, value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            refuse(where, f"nested deeper than {MAX_JSON_DEPTH} levels",
+                   f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(value, str) and "\x00" in value:
+            refuse(where, "contains a NUL character")
+        elif isinstance(value, float) and not math.isfinite(value):
+            refuse(where, "is not a finite number")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if "\x00" in key:
+                    refuse(where, "a field name contains a NUL character")
+                stack.append((f"{where}.{key}" if where else key, item, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((f"{where}.{i}" if where else str(i), item, depth + 1) for i, item in enumerate(value))
 
 
 @dataclass
@@ -38,6 +95,9 @@ class Endpoint:
     response: Any
     status: int
     errors: tuple[int, ...]
+    produces: tuple[str, ...] = ()  # media types of a non-JSON (streamed) response
+    # Returns the type that documents the body, when ``body`` alone says less.
+    body_schema: Callable | None = None
 
     @property
     def openapi_path(self) -> str:
@@ -51,9 +111,10 @@ class Routes:
         self.endpoints: list[Endpoint] = []
 
     def route(self, method: str, route: str, *, summary: str, body=None, query=None, response=None,
-              status: int = 200, errors: tuple[int, ...] = ()):
+              status: int = 200, errors: tuple[int, ...] = (), produces: tuple[str, ...] = (), body_schema=None):
         def register(view):
-            self.endpoints.append(Endpoint(method, route, view, summary, body, query, response, status, errors))
+            self.endpoints.append(Endpoint(method, route, view, summary, body, query, response, status, errors,
+                                           produces, body_schema))
             return view
 
         return register
@@ -69,11 +130,11 @@ class Api:
         if not request.user.is_authenticated:
             return problem(401, "log in first")
         try:
+            bad_query = _query_problem(endpoint, request.GET)
+            if bad_query is not None:
+                return bad_query
             if endpoint.body is not None:
-                try:
-                    data = json.loads(request.body or b"null")
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    return problem(400, f"request body is not valid JSON: {exc}")
+                data = load_json(request.body or b"null", "request body")
                 kwargs["body"] = endpoint.body.model_validate(data)
             if endpoint.query is not None:
                 fields = endpoint.query.model_fields
@@ -83,6 +144,8 @@ class Api:
                     if name in request.GET
                 }
                 kwargs["query"] = endpoint.query.model_validate(raw)
+        except Refused as exc:
+            return problem(exc.status, str(exc), exc.details)
         except ValidationError as exc:
             refused = Refused.invalid(exc, "", root="(body)")
             return problem(400, str(refused), refused.details)
@@ -103,10 +166,18 @@ class Api:
         by_route: dict[str, dict[str, Endpoint]] = {}
         for endpoint in self.endpoints:
             by_route.setdefault(endpoint.route, {})[endpoint.method] = endpoint
-        patterns = [path("openapi.json", require_GET(lambda request: JsonResponse(self.openapi())), name="api-openapi")]
+        patterns = [path("openapi.json", self._openapi_view, name="api-openapi")]
         for route, methods in by_route.items():
             patterns.append(path(route, self._dispatcher(methods)))
         return patterns
+
+    def _openapi_view(self, request):
+        """Public: the document describes the API, it reveals no data."""
+        if request.method not in ("GET", "HEAD"):
+            response = problem(405, f"{request.method} not allowed; use GET")
+            response["Allow"] = "GET, HEAD"
+            return response
+        return JsonResponse(self.openapi())
 
     def _dispatcher(self, methods: dict[str, Endpoint]):
         def dispatch(request, **kwargs):
@@ -120,6 +191,8 @@ class Api:
         return dispatch
 
     def openapi(self) -> dict:
+        """The document says what each endpoint enforces: the query models' limits, the
+        path converters' digits, and every refusal (a JSON ``Problem``) it can answer."""
         paths: dict[str, dict] = {}
         components: dict[str, dict] = {}
 
@@ -130,31 +203,51 @@ class Api:
 
         for e in self.endpoints:
             op: dict[str, Any] = {"summary": e.summary, "responses": {}}
+            # Django's <int:...> converter takes digits only; anything else is a 404.
             params = [
-                {"name": name, "in": "path", "required": True, "schema": {"type": "integer"}}
+                {"name": name, "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}}
                 for name in re.findall(r"<int:(\w+)>", e.route)
             ]
+            refusals = {401, *e.errors}
+            if params:
+                refusals.add(404)
             if e.query is not None:
+                refusals.add(400)
+                properties = schema_of(e.query)["properties"]
                 for name, field in e.query.model_fields.items():
                     params.append({"name": name, "in": "query", "required": field.is_required(),
                                    "description": field.description or "",
-                                   "schema": schema_of(field.annotation)})
+                                   "schema": _without_nul(_query_parameter_schema(properties[name]))})
             if params:
                 op["parameters"] = params
             if e.body is not None:
-                op["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema_of(e.body)}}}
-            ok = {"description": "OK"}
+                refusals.update({400, 403, 413})  # 403: also a missing CSRF token
+                documented = e.body_schema() if e.body_schema is not None else e.body
+                op["requestBody"] = {"required": True, "content": {"application/json": {
+                    "schema": _without_nul(schema_of(documented))}}}
+            ok: dict[str, Any] = {"description": "OK"}
             if e.response is not None:
                 ok["content"] = {"application/json": {"schema": schema_of(e.response)}}
+            elif e.produces:
+                ok["content"] = {media_type: {"schema": {"type": "string"}} for media_type in e.produces}
             op["responses"][str(e.status)] = ok
-            for status in sorted({401, *e.errors}):
+            for status in sorted(refusals):
                 op["responses"][str(status)] = {"description": "problem", "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/Problem"}}}}
             paths.setdefault(e.openapi_path, {})[e.method.lower()] = op
+        for name in list(components):
+            components[name] = _without_nul(components[name])
         components["Problem"] = {
             "type": "object",
-            "properties": {"detail": {"type": "string"}, "errors": {"type": "array", "items": {"type": "object"}}},
-            "required": ["detail"],
+            "properties": {
+                "detail": {"type": "string"},
+                "errors": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {"field": {"type": "string"}, "message": {"type": "string"}},
+                    "required": ["field", "message"],
+                }},
+            },
+            "required": ["detail", "errors"],
         }
         return {
             "openapi": "3.1.0",
@@ -165,6 +258,102 @@ class Api:
         }
 
 
+# Every string the API takes is refused with a NUL in it (PostgreSQL cannot store one).
+NO_NUL = "^[^\\x00]*$"
+
+
+def _without_nul(schema):
+    """``schema`` with ``pattern: NO_NUL`` on each string without a pattern, enum or const
+    of its own, so the document says what :func:`check_storable` enforces."""
+    if isinstance(schema, list):
+        return [_without_nul(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    values = ("default", "examples", "example", "const", "enum")  # data, not schemas
+    out = {k: (v if k in values else _without_nul(v)) for k, v in schema.items()}
+    types = out.get("type")
+    is_string = types == "string" or (isinstance(types, list) and "string" in types)
+    if is_string and not ({"pattern", "enum", "const", "format"} & out.keys()):
+        out["pattern"] = NO_NUL
+    return out
+
+
+def _query_parameter_schema(schema: dict) -> dict:
+    """A query model field's schema as a parameter's: an absent parameter is how a query
+    string says ``None``, so ``anyOf [X, null]`` becomes ``X``; the title is noise here."""
+    schema = {k: v for k, v in schema.items() if k != "title"}
+    alternatives = schema.get("anyOf")
+    if alternatives:
+        kept = [a for a in alternatives if a.get("type") != "null"]
+        if len(kept) == 1:
+            schema.pop("anyOf")
+            if schema.get("default", ...) is None:
+                schema.pop("default")
+            schema.update(kept[0])
+    return schema
+
+
+def _query_problem(endpoint: Endpoint, query) -> JsonResponse | None:
+    """A 400 for a query parameter the endpoint does not know (a NUL in any value is
+    refused before, by :class:`opdweb.middleware.RefuseNulCharacters`)."""
+    known = list(endpoint.query.model_fields) if endpoint.query is not None else []
+    unknown = sorted(set(query) - set(known))
+    if unknown:
+        takes = ", ".join(known) or "none"
+        return problem(400, f"unknown query parameter {unknown[0]!r}; this endpoint takes {takes}",
+                       [{"field": name, "message": "unknown query parameter"} for name in unknown])
+    return None
+
+
 def _is_list(annotation) -> bool:
     return get_origin(annotation) is list
 
+
+
+# Django's own answers (no route, an uncaught exception, a suspicious request, a CSRF
+# failure) are HTML pages; under /api/ a client gets the same JSON ``Problem`` as from the
+# endpoints, and never a traceback.
+
+def _under_api(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request, exception=None):
+    if _under_api(request):
+        return problem(404, f"{request.path} not found")
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)
+
+
+def server_error(request):
+    if _under_api(request):
+        return problem(500, "internal error; it has been logged")
+    from django.views.defaults import server_error as page_server_error
+
+    return page_server_error(request)
+
+
+def bad_request(request, exception=None):
+    if _under_api(request):
+        return problem(400, "bad request")
+    from django.views.defaults import bad_request as page_bad_request
+
+    return page_bad_request(request, exception)
+
+
+def permission_denied(request, exception=None):
+    if _under_api(request):
+        return problem(403, str(exception) or "forbidden")
+    from django.views.defaults import permission_denied as page_permission_denied
+
+    return page_permission_denied(request, exception)
+
+
+def csrf_failure(request, reason=""):
+    if _under_api(request):
+        return problem(403, f"CSRF check failed: {reason.rstrip('.')}; "
+                            "send the csrftoken cookie's value as X-CSRFToken")
+    from django.views.csrf import csrf_failure as page_csrf_failure
+
+    return page_csrf_failure(request, reason)

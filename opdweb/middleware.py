@@ -1,6 +1,9 @@
-"""Refuse oversized request bodies up front with a clear 413 (Django alone answers 400)."""
+"""Refuse, before any view, what no view can take: bodies over the limit (a clear 413,
+where Django alone answers 400) and NUL characters in a query string or form
+(PostgreSQL cannot store or compare them; a view that passes one on answers 500)."""
 from django.conf import settings
-from django.http import JsonResponse
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpResponseBadRequest, JsonResponse
 
 
 class RequestSizeLimit:
@@ -8,11 +11,53 @@ class RequestSizeLimit:
         self.get_response = get_response
 
     def __call__(self, request):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if limit is None:
+            return self.get_response(request)
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             length = 0
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        if limit is not None and length > limit:
-            return JsonResponse({"detail": f"request body of {length} bytes exceeds the limit of {limit} bytes"}, status=413)
+        if length > limit:
+            return too_large(f"request body of {length} bytes exceeds the limit of {limit} bytes")
+        if "CONTENT_LENGTH" not in request.META and request.method not in ("GET", "HEAD", "OPTIONS"):
+            # A chunked body says nothing of its size up front: reading it (already
+            # buffered by the ASGI handler) checks the real size against the limit.
+            try:
+                request.body
+            except RequestDataTooBig:
+                return too_large(f"request body exceeds the limit of {limit} bytes")
+        return self.get_response(request)
+
+
+def too_large(detail: str) -> JsonResponse:
+    return JsonResponse({"detail": detail, "errors": []}, status=413)
+
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+class RefuseNulCharacters:
+    """A 400 naming the parameter: JSON under /api/, plain text elsewhere (the admin's
+    filters and the pages' forms included).  JSON bodies are checked where they are
+    parsed (:func:`opdweb.api.load_json`)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        where = [("query parameter", request.GET)]
+        if request.method == "POST" and request.content_type in FORM_TYPES:
+            # Read the raw body first: a view may still want it (the API reads every body
+            # as JSON), and a multipart parse would otherwise consume the stream.
+            request.body
+            where.append(("form field", request.POST))
+        for what, data in where:
+            for name, values in data.lists():
+                if "\x00" in name or any("\x00" in value for value in values):
+                    detail = f"{what} {name!r} contains a NUL character"
+                    if request.path.startswith("/api/"):
+                        errors = [{"field": name, "message": "contains a NUL character"}]
+                        return JsonResponse({"detail": detail, "errors": errors}, status=400)
+                    return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")
         return self.get_response(request)

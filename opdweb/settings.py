@@ -4,6 +4,7 @@
 (``python -m opdweb.launcher``) sets them to embedded servers when they are unset.
 PostgreSQL only: there is no SQLite path.
 """
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -36,6 +37,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "opdweb.teams",
     "opdweb.jobs",
     "opdweb.traces",
@@ -44,6 +46,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "opdweb.middleware.RequestSizeLimit",
+    "opdweb.middleware.RefuseNulCharacters",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -52,6 +55,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login with the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "opdweb.urls"
@@ -80,6 +85,23 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL")
+
+# Login throttling (django-axes): 5 failed logins for one account, or from one address,
+# lock that account (from anywhere) and that address (for any account) for 15 minutes;
+# the login page then answers 429 with the lockout page.  A success does not reset the
+# count, so interleaving a known password cannot extend the guessing.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_RESET_ON_SUCCESS = False
+
+# A failed CSRF check under /api/ is a JSON 403 like every other API refusal.
+CSRF_FAILURE_VIEW = "opdweb.api.csrf_failure"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

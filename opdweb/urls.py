@@ -19,3 +19,9 @@ urlpatterns = [
     path("api/", include(api.urls())),
     path("admin/", admin.site.urls),
 ]
+
+# JSON answers under /api/, Django's pages elsewhere.
+handler400 = "opdweb.api.bad_request"
+handler403 = "opdweb.api.permission_denied"
+handler404 = "opdweb.api.not_found"
+handler500 = "opdweb.api.server_error"

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from opdweb.health.models import WorkerPresence
 from opdweb.jobs.models import Job, JobState
+from opdweb.teams.access import teams_of
 
 QUEUES = ("gpu", "cpu")
 
@@ -52,30 +53,39 @@ def queue_depths() -> dict[str, int | None]:
 
 
 def healthz(request):
-    """200 when the database and Redis answer and a worker was seen recently, else 503."""
+    """200 ``ok`` when the database and Redis answer and a worker was seen recently, else
+    503 ``degraded``.  Anyone may ask (load balancers do); only staff see the details,
+    since worker names and raw errors (hosts, ports) map the deployment for an attacker."""
     db_error = check_database()
     redis_error = check_redis()
     workers = [w.name for w in live_workers()] if db_error is None else []
     ok = db_error is None and redis_error is None and bool(workers)
-    body = {
-        "ok": ok,
-        "database": db_error or "ok",
-        "redis": redis_error or "ok",
-        "workers": workers,
-    }
+    body: dict = {"status": "ok" if ok else "degraded"}
+    if request.user.is_staff:
+        body.update({"database": db_error or "ok", "redis": redis_error or "ok", "workers": workers})
     return JsonResponse(body, status=200 if ok else 503)
+
+
+def _shown(error: str | None, user) -> str:
+    """A check's outcome for the status page: the raw error for staff only."""
+    if error is None:
+        return "ok"
+    return error if user.is_staff else "unavailable"
 
 
 @login_required
 def status_page(request):
     cutoff = timezone.now() - timedelta(seconds=settings.WORKER_SEEN_SECONDS)
+    # Job counts of the teams the person belongs to; staff see every team's.
+    jobs = Job.objects.all() if request.user.is_staff else Job.objects.filter(team__in=teams_of(request.user))
     context = {
-        "database": check_database() or "ok",
-        "redis": check_redis() or "ok",
+        "database": _shown(check_database(), request.user),
+        "redis": _shown(check_redis(), request.user),
         "workers": WorkerPresence.objects.all(),
         "cutoff": cutoff,
         "queues": queue_depths(),
-        "running": Job.objects.filter(state=JobState.RUNNING).count(),
-        "queued": Job.objects.filter(state=JobState.QUEUED).count(),
+        "running": jobs.filter(state=JobState.RUNNING).count(),
+        "queued": jobs.filter(state=JobState.QUEUED).count(),
+        "all_teams": request.user.is_staff,
     }
     return render(request, "health/status.html", context)

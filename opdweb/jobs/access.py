@@ -21,3 +21,9 @@ def visible_job(user, job_id: int, min_role: Role = Role.VIEWER) -> Job:
         raise Refused(f"your role in team {job.team.slug} cannot do this (needs {min_role.label})", status=403)
     job.viewer_role = role
     return job
+
+
+def may_see_traceback(user, role: Role | None) -> bool:
+    """A failed job's traceback shows code paths and host details: members and up (and
+    staff) see it, viewers see the error line only."""
+    return user.is_staff or (role is not None and role >= Role.MEMBER)

@@ -35,7 +35,8 @@ def check_job_config(kind_name: str, config) -> tuple[JobKind, dict]:
     if len(json.dumps(config)) > settings.JOB_CONFIG_MAX_BYTES:
         raise Refused(f"config is larger than {settings.JOB_CONFIG_MAX_BYTES} bytes", status=413)
     try:
-        model = kind.config.model_validate(config)
+        # Strict, as JSON: the types the OpenAPI document gives (no `false` for an integer).
+        model = kind.config.model_validate_json(json.dumps(config), strict=True)
     except ValidationError as exc:
         raise Refused.invalid(exc, f"invalid {kind.name} config", root="(config)") from None
     return kind, confine(kind.config, model.model_dump(mode="json"))

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from django.shortcuts import get_object_or_404
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from opdweb.api import Routes
-from opdweb.jobs.access import visible_job
+from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.models import Job
 from opdweb.refusals import Refused
@@ -35,6 +35,25 @@ class JobIn(BaseModel):
     team: str | None = Field(None, description="team slug; defaults to your only team")
 
 
+def job_submission_schema():
+    """``JobIn`` as the OpenAPI document tells it: one alternative per registered kind,
+    with that kind's config schema.  The request is validated in two steps (the body by
+    ``JobIn``, then the config by its kind's schema) so a bad config gets its own errors;
+    this union documents what the two steps enforce together."""
+    variants = []
+    for kind in KINDS.values():
+        config_required = any(f.is_required() for f in kind.config.model_fields.values())
+        variants.append(create_model(
+            f"{kind.name.capitalize()}Submission",
+            __config__=ConfigDict(extra="forbid"),
+            kind=(Literal[kind.name], ...),
+            config=(kind.config, ...) if config_required else (kind.config, Field(default_factory=kind.config)),
+            name=(str, Field("", max_length=200)),
+            team=(str | None, Field(None, description="team slug; defaults to your only team")),
+        ))
+    return Annotated[Union[tuple(variants)], Field(discriminator="kind")]
+
+
 class JobOut(Out):
     id: int
     team: str
@@ -53,6 +72,8 @@ class JobOut(Out):
     finished_at: datetime | None
     heartbeat_at: datetime | None
     error: str
+    # A failure's traceback shows code paths and hosts: members and up, and staff.
+    traceback: str | None = Field(None, description="a failure's traceback; null for viewers")
     result: Any
 
     @field_validator("team", mode="before")
@@ -129,10 +150,17 @@ def list_jobs(request, query: JobFilter):
         jobs = jobs.filter(kind=query.kind)
     if query.state:
         jobs = jobs.filter(state=query.state)
-    return list(jobs[: query.limit])
+    jobs = list(jobs[: query.limit])
+    if not request.user.is_staff:
+        member_of = set(teams_of(request.user, Role.MEMBER).values_list("pk", flat=True))
+        for job in jobs:
+            if job.team_id not in member_of:
+                job.traceback = None
+    return jobs
 
 
-@routes.route("POST", "jobs", summary="Submit a job", body=JobIn, response=JobOut, status=201, errors=(400, 403, 413))
+@routes.route("POST", "jobs", summary="Submit a job", body=JobIn, body_schema=job_submission_schema, response=JobOut,
+              status=201, errors=(400, 403, 413))
 def submit_job(request, body: JobIn):
     teams = teams_of(request.user, Role.MEMBER)
     if body.team:
@@ -150,7 +178,10 @@ def submit_job(request, body: JobIn):
 
 @routes.route("GET", "jobs/<int:job_id>", summary="One job", response=JobOut, errors=(404,))
 def get_job(request, job_id: int):
-    return visible_job(request.user, job_id)
+    job = visible_job(request.user, job_id)
+    if not may_see_traceback(request.user, job.viewer_role):
+        job.traceback = None
+    return job
 
 
 @routes.route("POST", "jobs/<int:job_id>/cancel", summary="Cancel a job", response=JobOut, errors=(403, 404, 409))
@@ -176,6 +207,6 @@ def downsampled_series(request, job_id: int, query: DownsampleQuery):
 
 
 @routes.route("GET", "jobs/<int:job_id>/export", summary="Every point of the job (or of some keys), streamed as CSV or JSON lines",
-           query=ExportQuery, errors=(404,))
+           query=ExportQuery, errors=(404,), produces=("text/csv", "application/x-ndjson"))
 def export_points(request, job_id: int, query: ExportQuery):
     return export_response(visible_job(request.user, job_id), query.format, query.key or None)

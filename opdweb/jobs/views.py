@@ -9,7 +9,8 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from opdweb.jobs.access import visible_job
+from opdweb.api import load_json
+from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.models import Job, JobState
 from opdweb.refusals import Refused
@@ -47,10 +48,7 @@ def job_new(request):
         try:
             if team is None:
                 raise Refused("choose a team you can submit to", status=403)
-            try:
-                config = json.loads(form["config"] or "{}")
-            except json.JSONDecodeError as exc:
-                raise Refused(f"config is not valid JSON: {exc}") from None
+            config = load_json(form["config"] or "{}", "config")
             job = do_submit_job(team=team, user=request.user, kind_name=form["kind"], config=config, name=form["name"])
         except Refused as exc:
             error = str(exc)
@@ -80,7 +78,8 @@ def job_detail(request, job_id: int):
     return render(
         request,
         "jobs/detail.html",
-        {"job": job, "can_cancel": can_cancel, "config_json": json.dumps(job.config, indent=2),
+        {"job": job, "can_cancel": can_cancel, "show_traceback": may_see_traceback(request.user, job.viewer_role),
+         "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
          "mismatch": mismatch_summary(job.result)},
     )

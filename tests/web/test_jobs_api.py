@@ -155,6 +155,8 @@ def test_the_openapi_document_describes_bodies_queries_and_problems(api):
     post = schema["paths"]["/api/jobs"]["post"]
     assert set(post["responses"]) == {"201", "400", "401", "403", "413"}
     body = post["requestBody"]["content"]["application/json"]["schema"]
-    assert set(body["properties"]) == {"kind", "config", "name", "team"}
+    assert body["discriminator"]["propertyName"] == "kind"  # one alternative per kind, with its config schema
+    selftest = schema["components"]["schemas"]["SelftestSubmission"]
+    assert set(selftest["properties"]) == {"kind", "config", "name", "team"}
     params = {p["name"] for p in schema["paths"]["/api/jobs/{job_id}/series/downsampled"]["get"]["parameters"]}
     assert params == {"job_id", "key", "buckets", "start", "end"}

@@ -1,0 +1,138 @@
+"""What the product shows to whom: /healthz keeps its details for staff, the status page
+counts only the viewer's teams' jobs, tracebacks are for members and up."""
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from opdweb.health.models import WorkerPresence
+from opdweb.teams.models import Role
+from tests.web.factories import JobFactory, TeamFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+TRACEBACK = 'Traceback (most recent call last):\n  File "/srv/opdweb/secret_module.py", line 7\nRuntimeError: boom'
+UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"
+
+
+def a_live_worker():
+    now = timezone.now()
+    WorkerPresence.objects.create(name="gpu0@box-17", hostname="box-17", pid=1, queues=["gpu"], device="cpu",
+                                  started_at=now, last_seen=now)
+
+
+@pytest.fixture
+def staff(db):
+    return get_user_model().objects.create_user("ops", is_staff=True)
+
+
+def test_it_tells_anonymous_callers_only_ok(client):
+    a_live_worker()
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_it_tells_anonymous_callers_only_degraded(client, settings):
+    a_live_worker()
+    settings.REDIS_URL = UNREACHABLE_REDIS
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json() == {"status": "degraded"}
+    assert b"127.0.0.1" not in response.content and b"box-17" not in response.content
+
+
+def test_it_keeps_details_from_a_logged_in_non_staff_user(client, member):
+    a_live_worker()
+    client.force_login(member[0])
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_it_gives_staff_the_details(client, settings, staff):
+    a_live_worker()
+    settings.REDIS_URL = UNREACHABLE_REDIS
+    client.force_login(staff)
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "degraded" and body["database"] == "ok" and body["workers"] == ["gpu0@box-17"]
+    assert body["redis"].startswith("ConnectionError") and "127.0.0.1:1" in body["redis"]
+
+
+def test_the_status_page_keeps_raw_errors_for_staff(client, settings, member, staff):
+    settings.REDIS_URL = UNREACHABLE_REDIS
+    client.force_login(member[0])
+    page = client.get("/status/").content.decode()
+    assert "Redis: <b class=\"bad\">unavailable</b>" in page and "127.0.0.1:1" not in page
+    client.force_login(staff)
+    assert "127.0.0.1:1" in client.get("/status/").content.decode()
+
+
+def jobs_in(team, running, queued):
+    for _ in range(running):
+        JobFactory(team=team, state="running")
+    for _ in range(queued):
+        JobFactory(team=team, state="queued")
+
+
+def counts_on_status_page(client) -> str:
+    page = client.get("/status/").content.decode()
+    return page.split('<span id="job-counts">')[1].split("</span>")[0]
+
+
+def test_the_status_page_shows_a_teamless_user_no_job_counts_of_other_teams(client):
+    jobs_in(TeamFactory(), running=2, queued=3)
+    client.force_login(UserFactory())
+    assert counts_on_status_page(client) == "0 running, 0 queued"
+
+
+def test_the_status_page_counts_only_the_users_teams(client, member):
+    user, team = member
+    jobs_in(team, running=1, queued=1)
+    jobs_in(TeamFactory(), running=2, queued=3)
+    client.force_login(user)
+    assert counts_on_status_page(client) == "1 running, 1 queued"
+
+
+def test_the_status_page_counts_every_team_for_staff(client, member, staff):
+    jobs_in(member[1], running=1, queued=1)
+    jobs_in(TeamFactory(), running=2, queued=3)
+    client.force_login(staff)
+    assert counts_on_status_page(client) == "3 running, 4 queued"
+
+
+@pytest.fixture
+def failed_job(member):
+    _, team = member
+    return JobFactory(team=team, state="failed", error="RuntimeError: boom", traceback=TRACEBACK)
+
+
+def test_a_viewer_sees_the_error_but_not_the_traceback(client, failed_job, make_user):
+    client.force_login(make_user(failed_job.team, Role.VIEWER))
+    page = client.get(f"/jobs/{failed_job.pk}/").content.decode()
+    assert "RuntimeError: boom" in page and "secret_module.py" not in page
+    body = client.get(f"/api/jobs/{failed_job.pk}").json()
+    assert body["error"] == "RuntimeError: boom" and body["traceback"] is None
+    listed = client.get("/api/jobs").json()
+    assert [(j["id"], j["traceback"]) for j in listed] == [(failed_job.pk, None)]
+
+
+def test_a_member_sees_the_traceback(client, failed_job, member):
+    client.force_login(member[0])
+    assert "secret_module.py" in client.get(f"/jobs/{failed_job.pk}/").content.decode()
+    assert client.get(f"/api/jobs/{failed_job.pk}").json()["traceback"] == TRACEBACK
+    assert client.get("/api/jobs").json()[0]["traceback"] == TRACEBACK
+
+
+def test_a_staff_viewer_sees_the_traceback(client, failed_job, make_user):
+    viewer = make_user(failed_job.team, Role.VIEWER)
+    viewer.is_staff = True
+    viewer.save()
+    client.force_login(viewer)
+    assert "secret_module.py" in client.get(f"/jobs/{failed_job.pk}/").content.decode()
+    assert client.get(f"/api/jobs/{failed_job.pk}").json()["traceback"] == TRACEBACK
+
+
+def test_the_openapi_document_stays_public(client):
+    response = client.get("/api/openapi.json")
+    assert response.status_code == 200
+    assert response.json()["openapi"] == "3.1.0"
