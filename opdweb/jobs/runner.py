@@ -157,22 +157,22 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
     root.addHandler(handler)
     heartbeat = Heartbeat(job.pk, handler)
     heartbeat.start()
-    sink = TraceSink(job.pk)
+    sink = TraceSink(job.pk, publish=lambda messages: live.publish(job.pk, messages))
     reporter = JobReporter(job, sink)
     try:
         config = kind.config_model.model_validate(job.config)
         log.info("job %s (%s) attempt %s started on %s", job.pk, job.kind, attempt, job.worker)
         result = kind.run(config, reporter)
-        sink.flush()
+        sink.close()
         log.info("job %s succeeded", job.pk)
         state, outcome = JobState.SUCCEEDED, {"result": result}
     except Cancelled as exc:
-        sink.flush()
+        sink.close()
         log.info("job %s cancelled: %s", job.pk, exc)
         state, outcome = JobState.CANCELLED, {}
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded on the job
         try:
-            sink.flush()
+            sink.close()
         except Exception:  # noqa: BLE001
             log.warning("could not flush the trace of failed job %s", job.pk, exc_info=True)
         log.error("job %s failed: %s", job.pk, exc)

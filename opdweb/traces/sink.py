@@ -1,5 +1,15 @@
 """The worker-side trace sink: batches points, writes them with binary COPY, keeps the
-rollup pyramid current, then announces them on the live channel.
+rollup pyramid current, then hands them to a ``publish`` callback for the live channel.
+
+Timing.  A point added is written and published within ``flush_seconds`` (default 50 ms)
+whatever the logging rate, even if nothing is added after it: a writer thread owns the
+flushes.  The first point after a quiet spell goes out at once; while points keep coming,
+a flush starts at most every ``flush_seconds`` (or as soon as ``flush_points`` wait), so
+batches grow with the rate and stay cheap.  The writer thread writes on its own database
+connection (Django's are per thread) and closes it when the sink closes.  A sink made
+inside an open transaction (a test, a management command wrapping its work in one)
+cannot hand its points to another connection, which would not see the job row nor honour
+the transaction; it flushes in the caller instead, from ``add`` and ``flush``.
 
 Writes are replay-safe.  Points COPY straight into their table inside a savepoint; if any
 already exists (a requeued job re-emitting its steps) the batch goes through a staging
@@ -7,24 +17,48 @@ table with ``ON CONFLICT DO NOTHING`` instead.  Rollup buckets that start after 
 series' previous last step cannot exist yet and are COPYed directly; the few that may
 (the bucket a flush continues, or any bucket of a replay) merge with least / greatest /
 latest-step, which changes nothing when replayed.
+
+Publishing.  One message per flush (split past ``LIVE_MESSAGE_POINTS``) carrying, per
+key, its points in step order as packed little-endian columns: the keys, their point
+counts, and the steps (int64), wall times and values (float64) as bytes.  Encoding is a
+``tobytes`` per column, no Python object per point; the consumer unpacks the columns,
+drops what its client already has, and writes the JSON.  Publishing happens after the
+commit, so a consumer that replays from the database after joining the group misses
+nothing.
+
+Statistics.  With autovacuum off or slow, the planner would see trace tables as they
+were when last analysed; after a sink has written ``ANALYZE_CHECK_ROWS`` rows, and when it
+closes, it asks PostgreSQL how many rows changed since the last ANALYZE and analyses the
+tables that crossed autovacuum's own threshold (50 rows + 10 % of the table).
 """
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import psycopg
 from django.db import connection, transaction
 
-from opdweb.jobs import live
 from opdweb.traces.models import ROLLUP_WIDTHS, TraceSeries
+
+log = logging.getLogger(__name__)
 
 POINTS_TABLE = "traces_tracepoint"
 ROLLUP_TABLE = "traces_tracerollup"
 SERIES_TABLE = TraceSeries._meta.db_table
-# Live messages carry at most this many points; far below the channel layer's limits.
-LIVE_CHUNK_POINTS = 500
+# A live message carries at most this many points (about 24 bytes each on the channel
+# layer); a larger flush is split into several messages.
+LIVE_MESSAGE_POINTS = 20_000
+# After this many rows written, the sink checks whether its tables need ANALYZE.
+ANALYZE_CHECK_ROWS = 200_000
+ANALYZE_TABLES = (POINTS_TABLE, ROLLUP_TABLE, SERIES_TABLE)
+# The writer thread closes its database connection after this long with nothing to write.
+IDLE_CLOSE_SECONDS = 2.0
+
+Publish = Callable[[list[dict]], None]
 
 # PostgreSQL binary COPY: signature, flags, header extension; each tuple is a field
 # count followed by (length, big-endian value) per field; -1 ends the stream.
@@ -53,128 +87,346 @@ def copy_into(cursor, table: str, names: Iterable[str], data: bytes) -> None:
         copy.write(data)
 
 
+def live_messages(arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[dict]:
+    """The live messages for one flush: per key, its points in strictly increasing step
+    order (a replayed step keeps its first value, as the table does), packed as columns."""
+    keys, counts, steps, walls, values = [], [], [], [], []
+    for key, (s, w, v) in arrays.items():
+        if len(s) > 1 and not bool((s[1:] > s[:-1]).all()):
+            s, first = np.unique(s, return_index=True)
+            w, v = w[first], v[first]
+        keys.append(key)
+        counts.append(len(s))
+        steps.append(s)
+        walls.append(w)
+        values.append(v)
+    steps_all = np.concatenate(steps).astype("<i8", copy=False)
+    walls_all = np.concatenate(walls).astype("<f8", copy=False)
+    values_all = np.concatenate(values).astype("<f8", copy=False)
+    messages, begin = [], 0
+    message = _new_live_message()
+    for key, count in zip(keys, counts):
+        done = 0
+        while done < count:
+            take = min(count - done, LIVE_MESSAGE_POINTS - message["n"])
+            message["keys"].append(key)
+            message["counts"].append(take)
+            message["n"] += take
+            done += take
+            if message["n"] == LIVE_MESSAGE_POINTS:
+                messages.append(_pack(message, steps_all, walls_all, values_all, begin))
+                begin += message["n"]
+                message = _new_live_message()
+    if message["n"]:
+        messages.append(_pack(message, steps_all, walls_all, values_all, begin))
+    return messages
+
+
+def _new_live_message() -> dict:
+    return {"keys": [], "counts": [], "n": 0}
+
+
+def _pack(message: dict, steps, walls, values, begin: int) -> dict:
+    end = begin + message["n"]
+    return {
+        "type": "trace.points",
+        "keys": message["keys"],
+        "counts": message["counts"],
+        "steps": steps[begin:end].tobytes(),
+        "walls": walls[begin:end].tobytes(),
+        "values": values[begin:end].tobytes(),
+    }
+
+
+def unpack_live_message(event: dict):
+    """``(key, steps, walls, values)`` per key of a live message, as numpy arrays."""
+    steps = np.frombuffer(event["steps"], dtype="<i8")
+    walls = np.frombuffer(event["walls"], dtype="<f8")
+    values = np.frombuffer(event["values"], dtype="<f8")
+    begin = 0
+    for key, count in zip(event["keys"], event["counts"]):
+        end = begin + count
+        yield key, steps[begin:end], walls[begin:end], values[begin:end]
+        begin = end
+
+
 class TraceSink:
     """Buffers points for one job and writes them in batches.
 
-    ``flush_points`` / ``flush_seconds`` bound how much and how long a point waits;
-    ``publish`` turns live announcement on or off (benchmarks measure both).
+    ``flush_seconds`` bounds how long a point waits before it is written and published;
+    ``flush_points`` starts a flush early when that many points wait.  ``publish`` is
+    called with the live messages after each committed flush (``None``: no publishing).
+    Call :meth:`close` at the end: it writes what is left and stops the writer thread.
     """
 
-    def __init__(self, job_id: int, *, flush_points: int = 20_000, flush_seconds: float = 0.25, publish: bool = True):
+    def __init__(self, job_id: int, *, flush_points: int = 20_000, flush_seconds: float = 0.05,
+                 publish: Publish | None = None, analyze: bool = True):
         self.job_id = job_id
-        self.flush_points = flush_points
-        self.flush_seconds = flush_seconds
-        self.publish = publish
+        self.flush_points = max(1, int(flush_points))
+        self.flush_seconds = float(flush_seconds)
+        self.publish = publish or None  # tolerates the older ``publish=False``
+        self.analyze = analyze
+        # A writer thread owns flushes, unless the caller holds a transaction its points
+        # must stay inside (see the module docstring).
+        self.threaded = self.flush_seconds > 0 and not connection.in_atomic_block
+        self._cond = threading.Condition(threading.Lock())
         self._buffer: dict[str, tuple[list[int], list[float], list[float]]] = {}
         self._count = 0
         self._oldest: float | None = None
+        self._added = 0  # points ever added
+        self._done = 0  # points ever taken by a finished write (or a failed one)
+        self._flush_asked = False
+        self._closing = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self._last_start = float("-inf")
+        self._since_analyze_check = 0
+        self._wrote_any = False
+        self._thread: threading.Thread | None = None
+        if self.threaded:
+            self._thread = threading.Thread(target=self._writer, name=f"trace-sink-{job_id}", daemon=True)
+            self._thread.start()
 
     def __len__(self) -> int:
         return self._count
 
+    # -- adding -------------------------------------------------------------------------
+
     def add(self, step: int, values: Mapping[str, float], wall_time: float | None = None) -> None:
+        if step < 0:
+            raise ValueError("trace steps start at 0")
         wall = time.time() if wall_time is None else wall_time
-        buffer = self._buffer
-        for key, value in values.items():
-            columns = buffer.get(key)
-            if columns is None:  # not setdefault: that would build three lists per point
-                columns = buffer[key] = ([], [], [])
-            columns[0].append(step)
-            columns[1].append(wall)
-            columns[2].append(value)
-        self._count += len(values)
-        self._maybe_flush()
+        with self._cond:
+            self._raise_error()
+            if self._closing or self._closed:
+                raise RuntimeError("this trace sink is closed")
+            buffer = self._buffer
+            for key, value in values.items():
+                columns = buffer.get(key)
+                if columns is None:  # not setdefault: that would build three lists per point
+                    columns = buffer[key] = ([], [], [])
+                columns[0].append(step)
+                columns[1].append(wall)
+                columns[2].append(value)
+            self._added_locked(len(values))
 
     def add_many(self, key: str, steps, values, wall_times) -> None:
         """Bulk form for imports and benchmarks: one key, parallel sequences."""
-        columns = self._buffer.get(key)
-        if columns is None:
-            columns = self._buffer[key] = ([], [], [])
-        columns[0].extend(steps)
-        columns[1].extend(wall_times)
-        columns[2].extend(values)
-        self._count += len(steps)
-        self._maybe_flush()
+        steps = list(steps)
+        if steps and min(steps) < 0:
+            raise ValueError("trace steps start at 0")
+        with self._cond:
+            self._raise_error()
+            if self._closing or self._closed:
+                raise RuntimeError("this trace sink is closed")
+            columns = self._buffer.get(key)
+            if columns is None:
+                columns = self._buffer[key] = ([], [], [])
+            columns[0].extend(steps)
+            columns[1].extend(wall_times)
+            columns[2].extend(values)
+            self._added_locked(len(steps))
 
-    def _maybe_flush(self) -> None:
-        now = time.monotonic()
-        if self._oldest is None:
-            self._oldest = now
-        if self._count >= self.flush_points or now - self._oldest >= self.flush_seconds:
-            self.flush()
+    def _added_locked(self, n: int) -> None:
+        if not n:
+            return
+        was_empty = self._count == 0
+        self._count += n
+        self._added += n
+        if not self.threaded:
+            now = time.monotonic()
+            if self._oldest is None:
+                self._oldest = now
+            if self._count >= self.flush_points or now - self._oldest >= self.flush_seconds:
+                self._flush_inline()
+            return
+        if was_empty or self._count >= self.flush_points:
+            self._cond.notify_all()
+        # Back-pressure: a producer far faster than the database waits for the writer.
+        while self._count >= 8 * self.flush_points and not self._closing and self._error is None:
+            self._cond.wait(0.5)
+
+    # -- flushing -----------------------------------------------------------------------
 
     def flush(self) -> int:
-        """Write everything buffered; returns the number of points written (or replayed)."""
-        if not self._count:
-            return 0
+        """Write (and publish) everything added so far; returns how many points that was."""
+        if not self.threaded:
+            with self._cond:
+                self._raise_error()
+                return self._flush_inline()
+        with self._cond:
+            target = self._added
+            before = self._done
+            self._flush_asked = True
+            self._cond.notify_all()
+            while self._done < target and self._error is None and self._thread.is_alive():
+                self._cond.wait(0.5)
+            self._raise_error()
+            return self._done - before
+
+    def close(self) -> None:
+        """Write what is left, stop the writer thread and close its connection.  Raises
+        the writer's error, if any batch failed, once."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.threaded:
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()
+            self._thread.join()
+        else:
+            with self._cond:
+                self._flush_inline()
+            self._finish_analyze()
+        with self._cond:
+            self._raise_error()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _take_locked(self):
         buffer, count = self._buffer, self._count
         self._buffer, self._count, self._oldest = {}, 0, None
+        return buffer, count
+
+    def _flush_inline(self) -> int:
+        buffer, count = self._take_locked()
+        if count:
+            self._write(buffer)
+            self._done += count
+        return count
+
+    def _writer(self) -> None:
+        """The writer thread: waits for points, flushes when they are due."""
+        try:
+            while True:
+                with self._cond:
+                    while True:
+                        if self._count:
+                            if self._flush_asked or self._closing or self._count >= self.flush_points:
+                                break
+                            wait = self._last_start + self.flush_seconds - time.monotonic()
+                            if wait <= 0:
+                                break
+                            self._cond.wait(wait)
+                        elif self._closing:
+                            return
+                        else:
+                            self._flush_asked = False
+                            # Idle: give the connection back rather than hold a session.
+                            if not self._cond.wait(IDLE_CLOSE_SECONDS) and not self._count:
+                                connection.close()
+                    self._last_start = time.monotonic()
+                    self._flush_asked = False
+                    buffer, count = self._take_locked()
+                    self._cond.notify_all()  # a producer held back by back-pressure may go on
+                try:
+                    self._write(buffer)
+                except Exception as exc:  # noqa: BLE001 - handed to the caller
+                    log.warning("trace sink of job %s: a batch of %s points failed", self.job_id, count, exc_info=True)
+                    connection.close_if_unusable_or_obsolete()
+                    with self._cond:
+                        self._error = self._error or exc
+                finally:
+                    with self._cond:
+                        self._done += count
+                        self._cond.notify_all()
+        finally:
+            try:
+                self._finish_analyze()
+            except Exception:  # noqa: BLE001 - statistics are an optimisation
+                log.warning("trace sink of job %s: ANALYZE failed", self.job_id, exc_info=True)
+            connection.close()
+
+    def _write(self, buffer) -> None:
+        """Write one batch (in whichever thread flushes), then publish it."""
         arrays = {
             key: (np.asarray(steps, dtype=np.int64), np.asarray(walls, dtype=np.float64), np.asarray(vals, dtype=np.float64))
             for key, (steps, walls, vals) in buffer.items()
         }
-        if any(int(steps.min()) < 0 for steps, _, _ in arrays.values()):
-            raise ValueError("trace steps start at 0")
-        with transaction.atomic(), connection.cursor() as wrapper:
-            cursor = wrapper.cursor
-            # Trace points are telemetry a job can replay: a database crash may lose the
-            # last fraction of a second of them, never corrupt them; not waiting for the
-            # WAL flush on every batch is what keeps many small batches cheap.
-            cursor.execute("SET LOCAL synchronous_commit = off")
-            ids, previous_last = self._claim_series(cursor, arrays)
-            sid = np.concatenate([np.full(len(arrays[k][0]), ids[k], dtype=np.int64) for k in arrays])
-            steps = np.concatenate([a[0] for a in arrays.values()])
-            walls = np.concatenate([a[1] for a in arrays.values()])
-            values = np.concatenate([a[2] for a in arrays.values()])
-            _write_points(cursor, sid, steps, walls, values)
-            _write_rollups(cursor, sid, steps, values, previous_last)
-        if self.publish:
-            self._announce(buffer)
-        return count
+        written = write_points(self.job_id, arrays)
+        self._wrote_any = True
+        self._since_analyze_check += written
+        if self.publish is not None:
+            try:
+                self.publish(live_messages(arrays))
+            except Exception:  # noqa: BLE001 - liveness only; the points are committed
+                log.warning("trace sink of job %s: publishing failed", self.job_id, exc_info=True)
+        if self.analyze and self._since_analyze_check >= ANALYZE_CHECK_ROWS:
+            self._since_analyze_check = 0
+            analyze_if_needed()
 
-    def close(self) -> None:
-        self.flush()
+    def _finish_analyze(self) -> None:
+        if self.analyze and self._wrote_any and self._since_analyze_check:
+            self._since_analyze_check = 0
+            analyze_if_needed()
 
-    def _claim_series(self, cursor, arrays) -> tuple[dict[str, int], dict[int, int]]:
-        """Series ids for every key, creating rows as needed and widening their step range.
-        Also returns each existing series' last step *before* this batch (locked, so the
-        rollup fast path can rely on it)."""
-        keys = list(arrays)
+
+def write_points(job_id: int, arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> int:
+    """Write one batch, ``{key: (steps, wall_times, values)}``, in one transaction: the
+    series rows, the points and the rollups.  Returns the rows written (points + rollups)."""
+    with transaction.atomic(), connection.cursor() as wrapper:
+        cursor = wrapper.cursor
+        # Trace points are telemetry a job can replay: a database crash may lose the
+        # last fraction of a second of them, never corrupt them; not waiting for the
+        # WAL flush on every batch is what keeps many small batches cheap.
+        cursor.execute("SET LOCAL synchronous_commit = off")
+        ids, previous_last = _claim_series(cursor, job_id, arrays)
+        sid = np.concatenate([np.full(len(arrays[k][0]), ids[k], dtype=np.int64) for k in arrays])
+        steps = np.concatenate([a[0] for a in arrays.values()])
+        walls = np.concatenate([a[1] for a in arrays.values()])
+        values = np.concatenate([a[2] for a in arrays.values()])
+        _write_points(cursor, sid, steps, walls, values)
+        rollups = _write_rollups(cursor, sid, steps, values, previous_last)
+    return len(steps) + rollups
+
+
+def analyze_if_needed() -> list[str]:
+    """ANALYZE the trace tables that changed by more than autovacuum's threshold since
+    their last analysis (autovacuum may be off); returns the tables analysed.  A table
+    another session is analysing already is skipped, not waited for."""
+    with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id, last_step FROM {SERIES_TABLE} WHERE job_id = %s AND key = ANY(%s) FOR UPDATE",
-            [self.job_id, keys],
+            "SELECT relname FROM pg_stat_user_tables WHERE relname = ANY(%s) "
+            "AND n_mod_since_analyze > 50 + 0.1 * greatest(n_live_tup, 0)",
+            [list(ANALYZE_TABLES)],
         )
-        previous_last = dict(cursor.fetchall())
-        rows = [(self.job_id, key, int(arrays[key][0].min()), int(arrays[key][0].max())) for key in keys]
-        cursor.executemany(
-            f"""INSERT INTO {SERIES_TABLE} AS s (job_id, key, first_step, last_step) VALUES (%s, %s, %s, %s)
-                ON CONFLICT (job_id, key) DO UPDATE SET
-                  first_step = LEAST(s.first_step, EXCLUDED.first_step),
-                  last_step = GREATEST(s.last_step, EXCLUDED.last_step)
-                RETURNING id, key""",
-            rows,
-            returning=True,
-        )
-        ids = {}
-        while True:
-            for series_id, key in cursor.fetchall():
-                ids[key] = series_id
-            if not cursor.nextset():
-                break
-        return ids, previous_last
+        tables = [name for (name,) in cursor.fetchall()]
+        for table in tables:
+            cursor.execute(f"ANALYZE (SKIP_LOCKED) {table}")
+    return tables
 
-    def _announce(self, buffer) -> None:
-        points = [
-            [key, step, wall, value]
-            for key, (steps, walls, vals) in buffer.items()
-            for step, wall, value in zip(steps, walls, vals)
-        ]
-        points.sort(key=lambda p: p[1])
-        messages = [
-            {"type": "trace.points", "points": points[i : i + LIVE_CHUNK_POINTS]}
-            for i in range(0, len(points), LIVE_CHUNK_POINTS)
-        ]
-        live.publish(self.job_id, messages)
+
+def _claim_series(cursor, job_id: int, arrays) -> tuple[dict[str, int], dict[int, int]]:
+    """Series ids for every key, creating rows as needed and widening their step range.
+    Also returns each existing series' last step *before* this batch (locked, so the
+    rollup fast path can rely on it)."""
+    keys = list(arrays)
+    cursor.execute(
+        f"SELECT id, last_step FROM {SERIES_TABLE} WHERE job_id = %s AND key = ANY(%s) FOR UPDATE",
+        [job_id, keys],
+    )
+    previous_last = dict(cursor.fetchall())
+    rows = [(job_id, key, int(arrays[key][0].min()), int(arrays[key][0].max())) for key in keys]
+    cursor.executemany(
+        f"""INSERT INTO {SERIES_TABLE} AS s (job_id, key, first_step, last_step) VALUES (%s, %s, %s, %s)
+            ON CONFLICT (job_id, key) DO UPDATE SET
+              first_step = LEAST(s.first_step, EXCLUDED.first_step),
+              last_step = GREATEST(s.last_step, EXCLUDED.last_step)
+            RETURNING id, key""",
+        rows,
+        returning=True,
+    )
+    ids = {}
+    while True:
+        for series_id, key in cursor.fetchall():
+            ids[key] = series_id
+        if not cursor.nextset():
+            break
+    return ids, previous_last
 
 
 POINT_COLUMNS = ("series_id", "step", "wall_time", "value")
@@ -245,12 +497,19 @@ def _merge_rollups(cursor, data: bytes) -> None:
     cursor.execute("TRUNCATE trace_rollup_stage")
 
 
-def _write_rollups(cursor, sid, steps, values, previous_last: dict[int, int]) -> None:
+def _write_rollups(cursor, sid, steps, values, previous_last: dict[int, int]) -> int:
     cols = rollup_columns(sid, steps, values)
     # A bucket that starts after its series' previous last step holds no earlier point,
     # so no row for it exists yet.
-    prev = np.array([previous_last.get(int(s), -1) for s in cols["series_id"]], dtype=np.int64) if previous_last else \
-        np.full(len(cols["series_id"]), -1, dtype=np.int64)
+    prev = np.full(len(cols["series_id"]), -1, dtype=np.int64)
+    if previous_last:
+        known = np.fromiter(previous_last.keys(), dtype=np.int64, count=len(previous_last))
+        lasts = np.fromiter(previous_last.values(), dtype=np.int64, count=len(previous_last))
+        order = np.argsort(known)
+        known, lasts = known[order], lasts[order]
+        at = np.minimum(np.searchsorted(known, cols["series_id"]), len(known) - 1)
+        match = known[at] == cols["series_id"]
+        prev[match] = lasts[at[match]]
     bucket_start = cols["bucket"] * np.asarray(ROLLUP_WIDTHS, dtype=np.int64)[cols["level"]]
     fresh = bucket_start > prev
     if fresh.any():
@@ -262,3 +521,4 @@ def _write_rollups(cursor, sid, steps, values, previous_last: dict[int, int]) ->
             _merge_rollups(cursor, data)
     if not fresh.all():
         _merge_rollups(cursor, _encode_rollups(cols, ~fresh))
+    return len(fresh)
