@@ -367,21 +367,37 @@ class TraceSink:
 
 def write_points(job_id: int, arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> int:
     """Write one batch, ``{key: (steps, wall_times, values)}``, in one transaction: the
-    series rows, the points and the rollups.  Returns the rows written (points + rollups)."""
-    with transaction.atomic(), connection.cursor() as wrapper:
-        cursor = wrapper.cursor
-        # Trace points are telemetry a job can replay: a database crash may lose the
-        # last fraction of a second of them, never corrupt them; not waiting for the
-        # WAL flush on every batch is what keeps many small batches cheap.
-        cursor.execute("SET LOCAL synchronous_commit = off")
-        ids, previous_last = _claim_series(cursor, job_id, arrays)
-        sid = np.concatenate([np.full(len(arrays[k][0]), ids[k], dtype=np.int64) for k in arrays])
-        steps = np.concatenate([a[0] for a in arrays.values()])
-        walls = np.concatenate([a[1] for a in arrays.values()])
-        values = np.concatenate([a[2] for a in arrays.values()])
-        _write_points(cursor, sid, steps, walls, values)
-        rollups = _write_rollups(cursor, sid, steps, values, previous_last)
-    return len(steps) + rollups
+    series rows, the points and the rollups.  Returns the rows written (points + rollups).
+
+    The usual batch costs a handful of round trips: one statement claims the series, the
+    points and the new rollup buckets go in by COPY, the buckets the batch continues merge
+    in one statement.  A batch holding a step already stored (a replay) fails its COPY;
+    the transaction is then redone through a staging table that skips what exists."""
+    keys = list(arrays)
+    steps = np.concatenate([arrays[k][0] for k in keys])
+    walls = np.concatenate([arrays[k][1] for k in keys])
+    values = np.concatenate([arrays[k][2] for k in keys])
+    lengths = [len(arrays[k][0]) for k in keys]
+    firsts = [int(arrays[k][0].min()) for k in keys]
+    lasts = [int(arrays[k][0].max()) for k in keys]
+    for replay in (False, True):
+        try:
+            with transaction.atomic(), connection.cursor() as wrapper:
+                cursor = wrapper.cursor
+                # (Series created by a failed first try were rolled back: ids are new.)
+                ids, previous_last = _claim_series(cursor, job_id, keys, firsts, lasts)
+                sid = np.repeat(np.asarray([ids[k] for k in keys], dtype=np.int64), lengths)
+                # Rows go in by (series, step): the index takes them in runs, not
+                # interleaved across keys, and a series' points share heap pages.
+                order = np.lexsort((steps, sid))
+                sid = sid[order]
+                _write_points(cursor, sid, steps[order], walls[order], values[order], replay)
+                rollups = _write_rollups(cursor, sid, steps[order], values[order], {} if replay else previous_last, replay)
+            return len(steps) + rollups
+        except psycopg.errors.UniqueViolation:
+            if replay:
+                raise
+    raise AssertionError("unreachable")
 
 
 def analyze_if_needed() -> list[str]:
@@ -400,32 +416,34 @@ def analyze_if_needed() -> list[str]:
     return tables
 
 
-def _claim_series(cursor, job_id: int, arrays) -> tuple[dict[str, int], dict[int, int]]:
-    """Series ids for every key, creating rows as needed and widening their step range.
-    Also returns each existing series' last step *before* this batch (locked, so the
-    rollup fast path can rely on it)."""
-    keys = list(arrays)
+def _claim_series(cursor, job_id: int, keys: list[str], firsts: list[int], lasts: list[int]) -> tuple[dict[str, int], dict[int, int]]:
+    """Series ids for every key, creating rows as needed and widening their step range,
+    in one statement.  Also returns each existing series' last step *before* this batch,
+    as the statement's snapshot saw it (the rollup fast path relies on it; a concurrent
+    writer of the same series can only make a COPY collide, which redoes the batch as a
+    replay).  The same
+    statement turns off waiting for the WAL flush at commit: trace points are telemetry a
+    job can replay, a database crash may lose the last fraction of a second of them, never
+    corrupt them, and not waiting is what keeps many small batches cheap."""
     cursor.execute(
-        f"SELECT id, last_step FROM {SERIES_TABLE} WHERE job_id = %s AND key = ANY(%s) FOR UPDATE",
-        [job_id, keys],
+        f"""WITH previous AS (
+                SELECT id, last_step FROM {SERIES_TABLE} WHERE job_id = %(job)s AND key = ANY(%(keys)s)),
+            claimed AS (
+                INSERT INTO {SERIES_TABLE} AS s (job_id, key, first_step, last_step)
+                SELECT %(job)s, k, f, l FROM unnest(%(keys)s::text[], %(firsts)s::int8[], %(lasts)s::int8[]) AS u(k, f, l)
+                ON CONFLICT (job_id, key) DO UPDATE SET
+                  first_step = LEAST(s.first_step, EXCLUDED.first_step),
+                  last_step = GREATEST(s.last_step, EXCLUDED.last_step)
+                RETURNING id, key)
+            SELECT claimed.id, claimed.key, previous.last_step, set_config('synchronous_commit', 'off', true)
+            FROM claimed LEFT JOIN previous USING (id)""",
+        {"job": job_id, "keys": keys, "firsts": firsts, "lasts": lasts},
     )
-    previous_last = dict(cursor.fetchall())
-    rows = [(job_id, key, int(arrays[key][0].min()), int(arrays[key][0].max())) for key in keys]
-    cursor.executemany(
-        f"""INSERT INTO {SERIES_TABLE} AS s (job_id, key, first_step, last_step) VALUES (%s, %s, %s, %s)
-            ON CONFLICT (job_id, key) DO UPDATE SET
-              first_step = LEAST(s.first_step, EXCLUDED.first_step),
-              last_step = GREATEST(s.last_step, EXCLUDED.last_step)
-            RETURNING id, key""",
-        rows,
-        returning=True,
-    )
-    ids = {}
-    while True:
-        for series_id, key in cursor.fetchall():
-            ids[key] = series_id
-        if not cursor.nextset():
-            break
+    ids, previous_last = {}, {}
+    for series_id, key, last_step, _ in cursor.fetchall():
+        ids[key] = series_id
+        if last_step is not None:
+            previous_last[series_id] = last_step
     return ids, previous_last
 
 
@@ -433,31 +451,30 @@ POINT_COLUMNS = ("series_id", "step", "wall_time", "value")
 ROLLUP_COLUMNS = ("series_id", "level", "bucket", "min", "max", "last_step", "last_value")
 
 
-def _write_points(cursor, sid, steps, walls, values) -> None:
+def _write_points(cursor, sid, steps, walls, values, replay: bool) -> None:
     data = encode_binary_copy([("int8", sid), ("int8", steps), ("float8", walls), ("float8", values)])
-    try:
-        with cursor.connection.transaction():  # savepoint: a conflict rolls back only this
-            copy_into(cursor, POINTS_TABLE, POINT_COLUMNS, data)
-    except psycopg.errors.UniqueViolation:
-        cursor.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS trace_point_stage "
-            "(series_id int8, step int8, wall_time float8, value float8)"
-        )
-        copy_into(cursor, "trace_point_stage", POINT_COLUMNS, data)
-        cursor.execute(
-            f"INSERT INTO {POINTS_TABLE} (series_id, step, wall_time, value) "
-            "SELECT DISTINCT ON (series_id, step) series_id, step, wall_time, value FROM trace_point_stage "
-            "ON CONFLICT (series_id, step) DO NOTHING"
-        )
-        cursor.execute("TRUNCATE trace_point_stage")
+    if not replay:
+        copy_into(cursor, POINTS_TABLE, POINT_COLUMNS, data)
+        return
+    cursor.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS trace_point_stage "
+        "(series_id int8, step int8, wall_time float8, value float8) ON COMMIT DELETE ROWS"
+    )
+    copy_into(cursor, "trace_point_stage", POINT_COLUMNS, data)
+    cursor.execute(
+        f"INSERT INTO {POINTS_TABLE} (series_id, step, wall_time, value) "
+        "SELECT DISTINCT ON (series_id, step) series_id, step, wall_time, value FROM trace_point_stage "
+        "ORDER BY series_id, step ON CONFLICT (series_id, step) DO NOTHING"
+    )
 
 
-def rollup_columns(sid: np.ndarray, steps: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
+def rollup_columns(sid: np.ndarray, steps: np.ndarray, values: np.ndarray, presorted: bool = False) -> dict[str, np.ndarray]:
     """Min, max and last per (series, level, bucket) for one batch of points, for every
-    stored level.  Sorting once by (series, step) makes every level's groups
-    contiguous, so each level is a ``reduceat`` over the same arrays."""
-    order = np.lexsort((steps, sid))
-    sid, steps, values = sid[order], steps[order], values[order]
+    stored level.  Sorted by (series, step) (unless ``presorted``), every level's groups
+    are contiguous, so each level is a ``reduceat`` over the same arrays."""
+    if not presorted:
+        order = np.lexsort((steps, sid))
+        sid, steps, values = sid[order], steps[order], values[order]
     parts: dict[str, list[np.ndarray]] = {name: [] for name in ROLLUP_COLUMNS}
     for level in range(1, len(ROLLUP_WIDTHS)):
         bucket = steps // ROLLUP_WIDTHS[level]
@@ -474,33 +491,31 @@ def rollup_columns(sid: np.ndarray, steps: np.ndarray, values: np.ndarray) -> di
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}
 
 
-def _encode_rollups(cols: dict[str, np.ndarray], mask: np.ndarray) -> bytes:
-    types = ("int8", "int2", "int8", "float8", "float8", "int8", "float8")
-    return encode_binary_copy([(t, cols[name][mask]) for t, name in zip(types, ROLLUP_COLUMNS)])
+_ROLLUP_TYPES = ("int8", "int2", "int8", "float8", "float8", "int8", "float8")
 
 
-def _merge_rollups(cursor, data: bytes) -> None:
-    cursor.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS trace_rollup_stage (series_id int8, level int2, bucket int8, "
-        "min float8, max float8, last_step int8, last_value float8)"
-    )
-    copy_into(cursor, "trace_rollup_stage", ROLLUP_COLUMNS, data)
+def _merge_rollups(cursor, cols: dict[str, np.ndarray], mask: np.ndarray) -> None:
+    """Merge rollup rows into existing ones (least, greatest, latest step): a no-op when
+    replayed.  One statement, the rows passed as arrays."""
     cursor.execute(
         f"""INSERT INTO {ROLLUP_TABLE} AS r (series_id, level, bucket, min, max, last_step, last_value)
-            SELECT series_id, level, bucket, min, max, last_step, last_value FROM trace_rollup_stage
+            SELECT * FROM unnest(%s::int8[], %s::int2[], %s::int8[], %s::float8[], %s::float8[], %s::int8[], %s::float8[])
             ON CONFLICT (series_id, level, bucket) DO UPDATE SET
               min = LEAST(r.min, EXCLUDED.min),
               max = GREATEST(r.max, EXCLUDED.max),
               last_value = CASE WHEN EXCLUDED.last_step >= r.last_step THEN EXCLUDED.last_value ELSE r.last_value END,
-              last_step = GREATEST(r.last_step, EXCLUDED.last_step)"""
+              last_step = GREATEST(r.last_step, EXCLUDED.last_step)""",
+        [cols[name][mask].tolist() for name in ROLLUP_COLUMNS],
     )
-    cursor.execute("TRUNCATE trace_rollup_stage")
 
 
-def _write_rollups(cursor, sid, steps, values, previous_last: dict[int, int]) -> int:
-    cols = rollup_columns(sid, steps, values)
+def _write_rollups(cursor, sid, steps, values, previous_last: dict[int, int], replay: bool) -> int:
+    cols = rollup_columns(sid, steps, values, presorted=True)
+    if replay:
+        _merge_rollups(cursor, cols, np.ones(len(cols["series_id"]), dtype=bool))
+        return len(cols["series_id"])
     # A bucket that starts after its series' previous last step holds no earlier point,
-    # so no row for it exists yet.
+    # so no row for it exists yet: COPY.  The others (the bucket a flush continues) merge.
     prev = np.full(len(cols["series_id"]), -1, dtype=np.int64)
     if previous_last:
         known = np.fromiter(previous_last.keys(), dtype=np.int64, count=len(previous_last))
@@ -513,12 +528,8 @@ def _write_rollups(cursor, sid, steps, values, previous_last: dict[int, int]) ->
     bucket_start = cols["bucket"] * np.asarray(ROLLUP_WIDTHS, dtype=np.int64)[cols["level"]]
     fresh = bucket_start > prev
     if fresh.any():
-        data = _encode_rollups(cols, fresh)
-        try:
-            with cursor.connection.transaction():
-                copy_into(cursor, ROLLUP_TABLE, ROLLUP_COLUMNS, data)
-        except psycopg.errors.UniqueViolation:
-            _merge_rollups(cursor, data)
+        copy_into(cursor, ROLLUP_TABLE, ROLLUP_COLUMNS,
+                  encode_binary_copy([(t, cols[name][fresh]) for t, name in zip(_ROLLUP_TYPES, ROLLUP_COLUMNS)]))
     if not fresh.all():
-        _merge_rollups(cursor, _encode_rollups(cols, ~fresh))
+        _merge_rollups(cursor, cols, ~fresh)
     return len(fresh)
