@@ -302,6 +302,10 @@ class TraceSink:
     def _writer(self) -> None:
         """The writer thread: waits for points, flushes when they are due."""
         try:
+            try:  # connect now, not when the first point is due
+                connection.ensure_connection()
+            except Exception:  # noqa: BLE001 - the first write will say what is wrong
+                pass
             while True:
                 with self._cond:
                     while True:
