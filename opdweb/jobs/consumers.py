@@ -97,6 +97,8 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def send_live(self, event):
         """Forward one live message: per key, only the steps after the last one sent."""
+        if "points" in event:  # the list form a sink of an earlier release may still send
+            return await self.send_points(event["points"])
         points = []
         for key, steps, walls, values in unpack_live_message(event):
             if not len(steps):

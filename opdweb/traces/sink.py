@@ -34,6 +34,7 @@ tables that crossed autovacuum's own threshold (50 rows + 10 % of the table).
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from typing import Callable, Iterable, Mapping
@@ -155,8 +156,10 @@ class TraceSink:
 
     ``flush_seconds`` bounds how long a point waits before it is written and published;
     ``flush_points`` starts a flush early when that many points wait.  ``publish`` is
-    called with the live messages after each committed flush (``None``: no publishing).
-    Call :meth:`close` at the end: it writes what is left and stops the writer thread.
+    called with the live messages after each committed flush (``None``: no publishing),
+    from a second thread so the writer goes on meanwhile.  :meth:`flush` returns once
+    everything added is written; :meth:`close` also waits for the publishing, and stops
+    both threads.  Call it at the end.
     """
 
     def __init__(self, job_id: int, *, flush_points: int = 20_000, flush_seconds: float = 0.05,
@@ -183,7 +186,13 @@ class TraceSink:
         self._since_analyze_check = 0
         self._wrote_any = False
         self._thread: threading.Thread | None = None
+        self._followup: queue.SimpleQueue | None = None
         if self.threaded:
+            # Publishing and ANALYZE run after each commit in a second thread, so the
+            # writer goes on with the next batch meanwhile.
+            self._followup = queue.SimpleQueue()
+            self._followup_thread = threading.Thread(target=self._follow_up, name=f"trace-sink-{job_id}-live", daemon=True)
+            self._followup_thread.start()
             self._thread = threading.Thread(target=self._writer, name=f"trace-sink-{job_id}", daemon=True)
             self._thread.start()
 
@@ -275,6 +284,7 @@ class TraceSink:
                 self._closing = True
                 self._cond.notify_all()
             self._thread.join()
+            self._followup_thread.join()
         else:
             with self._cond:
                 self._flush_inline()
@@ -339,14 +349,35 @@ class TraceSink:
                         self._done += count
                         self._cond.notify_all()
         finally:
-            try:
-                self._finish_analyze()
-            except Exception:  # noqa: BLE001 - statistics are an optimisation
-                log.warning("trace sink of job %s: ANALYZE failed", self.job_id, exc_info=True)
+            self._finish_analyze()
+            self._followup.put(None)
             connection.close()
 
+    def _follow_up(self) -> None:
+        """The second thread: publishes committed batches in order, runs ANALYZE."""
+        try:
+            while (item := self._followup.get()) is not None:
+                self._after_commit(*item)
+        finally:
+            connection.close()
+
+    def _after_commit(self, what: str, arrays=None) -> None:
+        try:
+            if what == "publish":
+                self.publish(live_messages(arrays))
+            else:
+                analyze_if_needed()
+        except Exception:  # noqa: BLE001 - liveness and statistics only; the points are committed
+            log.warning("trace sink of job %s: %s failed", self.job_id, what, exc_info=True)
+
+    def _then(self, what: str, arrays=None) -> None:
+        if self._followup is not None:
+            self._followup.put((what, arrays))
+        else:
+            self._after_commit(what, arrays)
+
     def _write(self, buffer) -> None:
-        """Write one batch (in whichever thread flushes), then publish it."""
+        """Write one batch (in whichever thread flushes); publishing follows the commit."""
         arrays = {
             key: (np.asarray(steps, dtype=np.int64), np.asarray(walls, dtype=np.float64), np.asarray(vals, dtype=np.float64))
             for key, (steps, walls, vals) in buffer.items()
@@ -355,18 +386,15 @@ class TraceSink:
         self._wrote_any = True
         self._since_analyze_check += written
         if self.publish is not None:
-            try:
-                self.publish(live_messages(arrays))
-            except Exception:  # noqa: BLE001 - liveness only; the points are committed
-                log.warning("trace sink of job %s: publishing failed", self.job_id, exc_info=True)
+            self._then("publish", arrays)
         if self.analyze and self._since_analyze_check >= ANALYZE_CHECK_ROWS:
             self._since_analyze_check = 0
-            analyze_if_needed()
+            self._then("analyze")
 
     def _finish_analyze(self) -> None:
         if self.analyze and self._wrote_any and self._since_analyze_check:
             self._since_analyze_check = 0
-            analyze_if_needed()
+            self._then("analyze")
 
 
 def write_points(job_id: int, arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> int:
@@ -378,26 +406,29 @@ def write_points(job_id: int, arrays: dict[str, tuple[np.ndarray, np.ndarray, np
     in one statement.  A batch holding a step already stored (a replay) fails its COPY;
     the transaction is then redone through a staging table that skips what exists."""
     keys = list(arrays)
-    steps = np.concatenate([arrays[k][0] for k in keys])
-    walls = np.concatenate([arrays[k][1] for k in keys])
-    values = np.concatenate([arrays[k][2] for k in keys])
-    lengths = [len(arrays[k][0]) for k in keys]
     firsts = [int(arrays[k][0].min()) for k in keys]
     lasts = [int(arrays[k][0].max()) for k in keys]
+    # Each key's steps usually arrive in order: then the keys taken by series id already
+    # give (series, step) order, with no sort.
+    in_order = all(len(arrays[k][0]) < 2 or bool((arrays[k][0][1:] >= arrays[k][0][:-1]).all()) for k in keys)
+    n = sum(len(arrays[k][0]) for k in keys)
     for replay in (False, True):
         try:
             with transaction.atomic(), connection.cursor() as wrapper:
                 cursor = wrapper.cursor
                 # (Series created by a failed first try were rolled back: ids are new.)
                 ids, previous_last = _claim_series(cursor, job_id, keys, firsts, lasts)
-                sid = np.repeat(np.asarray([ids[k] for k in keys], dtype=np.int64), lengths)
-                # Rows go in by (series, step): the index takes them in runs, not
-                # interleaved across keys, and a series' points share heap pages.
-                order = np.lexsort((steps, sid))
-                sid = sid[order]
-                _write_points(cursor, sid, steps[order], walls[order], values[order], replay)
-                rollups = _write_rollups(cursor, sid, steps[order], values[order], {} if replay else previous_last, replay)
-            return len(steps) + rollups
+                by_id = sorted(keys, key=ids.__getitem__)
+                sid = np.repeat(np.asarray([ids[k] for k in by_id], dtype=np.int64), [len(arrays[k][0]) for k in by_id])
+                steps, walls, values = (np.concatenate([arrays[k][i] for k in by_id]) for i in range(3))
+                if not in_order:
+                    # Rows go in by (series, step): the index takes them in runs, not
+                    # interleaved across keys, and a series' points share heap pages.
+                    order = np.lexsort((steps, sid))
+                    sid, steps, walls, values = sid[order], steps[order], walls[order], values[order]
+                _write_points(cursor, sid, steps, walls, values, replay)
+                rollups = _write_rollups(cursor, sid, steps, values, {} if replay else previous_last, replay)
+            return n + rollups
         except psycopg.errors.UniqueViolation:
             if replay:
                 raise
