@@ -28,8 +28,9 @@ nothing.
 
 Statistics.  With autovacuum off or slow, the planner would see trace tables as they
 were when last analysed; after a sink has written ``ANALYZE_CHECK_ROWS`` rows, and when it
-closes, it asks PostgreSQL how many rows changed since the last ANALYZE and analyses the
-tables that crossed autovacuum's own threshold (50 rows + 10 % of the table).
+closes, it compares the rows changed since the last ANALYZE (PostgreSQL's count, or what
+it wrote itself, whichever is larger) with autovacuum's own threshold (50 rows + 10 % of
+the table) and analyses the tables that crossed it, from the publishing thread.
 """
 from __future__ import annotations
 
@@ -183,8 +184,10 @@ class TraceSink:
         self._closed = False
         self._error: BaseException | None = None
         self._last_start = float("-inf")
-        self._since_analyze_check = 0
-        self._wrote_any = False
+        # Rows this sink wrote per table since it last ran ANALYZE on it, and since it
+        # last checked (owned by the thread that publishes).
+        self._unanalysed = {POINTS_TABLE: 0, ROLLUP_TABLE: 0, SERIES_TABLE: 0}
+        self._since_check = 0
         self._thread: threading.Thread | None = None
         self._followup: queue.SimpleQueue | None = None
         if self.threaded:
@@ -361,20 +364,31 @@ class TraceSink:
         finally:
             connection.close()
 
-    def _after_commit(self, what: str, arrays=None) -> None:
+    def _after_commit(self, what: str, arg=None) -> None:
         try:
             if what == "publish":
-                self.publish(live_messages(arrays))
-            else:
-                analyze_if_needed()
+                self.publish(live_messages(arg))
+            elif what == "written":
+                for table, rows in arg.items():
+                    self._unanalysed[table] += rows
+                    self._since_check += rows
+                if self._since_check >= ANALYZE_CHECK_ROWS:
+                    self._check_statistics()
+            elif what == "closing" and self._since_check:
+                self._check_statistics()
         except Exception:  # noqa: BLE001 - liveness and statistics only; the points are committed
             log.warning("trace sink of job %s: %s failed", self.job_id, what, exc_info=True)
 
-    def _then(self, what: str, arrays=None) -> None:
+    def _check_statistics(self) -> None:
+        self._since_check = 0
+        for table in analyze_if_needed(self._unanalysed):
+            self._unanalysed[table] = 0
+
+    def _then(self, what: str, arg=None) -> None:
         if self._followup is not None:
-            self._followup.put((what, arrays))
+            self._followup.put((what, arg))
         else:
-            self._after_commit(what, arrays)
+            self._after_commit(what, arg)
 
     def _write(self, buffer) -> None:
         """Write one batch (in whichever thread flushes); publishing follows the commit."""
@@ -383,23 +397,19 @@ class TraceSink:
             for key, (steps, walls, vals) in buffer.items()
         }
         written = write_points(self.job_id, arrays)
-        self._wrote_any = True
-        self._since_analyze_check += written
         if self.publish is not None:
             self._then("publish", arrays)
-        if self.analyze and self._since_analyze_check >= ANALYZE_CHECK_ROWS:
-            self._since_analyze_check = 0
-            self._then("analyze")
+        if self.analyze:
+            self._then("written", written)
 
     def _finish_analyze(self) -> None:
-        if self.analyze and self._wrote_any and self._since_analyze_check:
-            self._since_analyze_check = 0
-            self._then("analyze")
+        if self.analyze:
+            self._then("closing")
 
 
-def write_points(job_id: int, arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> int:
+def write_points(job_id: int, arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, int]:
     """Write one batch, ``{key: (steps, wall_times, values)}``, in one transaction: the
-    series rows, the points and the rollups.  Returns the rows written (points + rollups).
+    series rows, the points and the rollups.  Returns the rows written per table.
 
     The usual batch costs a handful of round trips: one statement claims the series, the
     points and the new rollup buckets go in by COPY, the buckets the batch continues merge
@@ -428,24 +438,30 @@ def write_points(job_id: int, arrays: dict[str, tuple[np.ndarray, np.ndarray, np
                     sid, steps, walls, values = sid[order], steps[order], walls[order], values[order]
                 _write_points(cursor, sid, steps, walls, values, replay)
                 rollups = _write_rollups(cursor, sid, steps, values, {} if replay else previous_last, replay)
-            return n + rollups
+            return {POINTS_TABLE: n, ROLLUP_TABLE: rollups, SERIES_TABLE: len(keys)}
         except psycopg.errors.UniqueViolation:
             if replay:
                 raise
     raise AssertionError("unreachable")
 
 
-def analyze_if_needed() -> list[str]:
-    """ANALYZE the trace tables that changed by more than autovacuum's threshold since
-    their last analysis (autovacuum may be off); returns the tables analysed.  A table
-    another session is analysing already is skipped, not waited for."""
+def analyze_if_needed(written: Mapping[str, int] | None = None) -> list[str]:
+    """ANALYZE the trace tables that changed by more than autovacuum's own threshold
+    (50 rows + 10 % of the table as last analysed) since their last analysis, whether or
+    not autovacuum runs; returns the tables analysed.  The change is PostgreSQL's count
+    or ``written`` (rows a caller knows it wrote since), whichever is larger: the
+    statistics collector reports with a delay.  A table another session is analysing
+    already is skipped, not waited for."""
+    written = written or {}
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT relname FROM pg_stat_user_tables WHERE relname = ANY(%s) "
-            "AND n_mod_since_analyze > 50 + 0.1 * greatest(n_live_tup, 0)",
-            [list(ANALYZE_TABLES)],
+            "SELECT c.relname, greatest(c.reltuples, 0), coalesce(s.n_mod_since_analyze, 0) FROM pg_class c "
+            "LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
+            "WHERE c.oid = ANY(ARRAY[%s::regclass, %s::regclass, %s::regclass])",
+            list(ANALYZE_TABLES),
         )
-        tables = [name for (name,) in cursor.fetchall()]
+        tables = [name for name, tuples, changed in cursor.fetchall()
+                  if max(changed, written.get(name, 0)) > 50 + 0.1 * tuples]
         for table in tables:
             cursor.execute(f"ANALYZE (SKIP_LOCKED) {table}")
     return tables

@@ -125,6 +125,29 @@ def test_inside_a_transaction_the_sink_flushes_in_the_caller_and_publishes_the_b
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_trace_tables_are_analysed_after_a_large_ingest():
+    """Whether or not autovacuum runs (it is off on some hosts), closing a sink that wrote
+    past the threshold leaves the planner's row counts current."""
+    def planner_rows(table):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [table])
+            return cursor.fetchone()[0]
+
+    job = JobFactory()
+    sink = TraceSink(job.pk)
+    n = 60_000
+    sink.add_many("x", range(n), [1.0] * n, [0.0] * n)
+    sink.close()
+    assert planner_rows("traces_tracepoint") == TracePoint.objects.count() == n
+    assert planner_rows("traces_tracerollup") > 0
+    # A few more points are far below the threshold: no new ANALYZE.
+    more = TraceSink(job.pk)
+    more.add_many("x", range(n, n + 100), [1.0] * 100, [0.0] * 100)
+    more.close()
+    assert planner_rows("traces_tracepoint") == n
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_failed_write_is_raised_in_the_caller():
     """A batch the database refuses (here: points of a job that does not exist) surfaces
     on the next flush, not silently in the writer thread."""
