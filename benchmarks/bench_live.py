@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from harness import ROOT, bench_database, child_env, daphne, make_job, percentile, team_and_user
+from harness import ROOT, bench_database, child_env, daphne, make_job, load, percentile, team_and_user
 
 
 def produce(job_id: int, rate: float, seconds: float) -> None:
@@ -86,6 +86,7 @@ def main() -> int:
                 ms = asyncio.run(follow(host, cookie, job.pk, rate, duration))
                 print(f"  {rate:6g} points/s, {len(ms):6,} points: p50 {percentile(ms, 50):6.1f} ms  "
                       f"p95 {percentile(ms, 95):6.1f} ms  max {max(ms):6.1f} ms", flush=True)
+            print(f"  (load average at the end: {load()})")
     return 0
 
 

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from harness import bench_database, daphne, make_job, percentile, team_and_user
+from harness import bench_database, daphne, make_job, load, percentile, team_and_user
 
 
 def ingest(team, n: int):
@@ -113,6 +113,7 @@ def main() -> int:
                           f"{max(http_ms):7.1f}   {percentile(local_ms, 50):11.1f} ms {percentile(local_ms, 95):6.1f}"
                           f"   {','.join(map(str, sorted(levels))):5s}  {min(counts)}-{max(counts)}", flush=True)
             conn.close()
+            print(f"  (load average at the end: {load()})")
     return 0
 
 

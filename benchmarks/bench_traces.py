@@ -23,6 +23,7 @@ latency: benchmarks/bench_live.py.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -122,6 +123,7 @@ def main() -> int:
     parser.add_argument("--database", default="opdweb_bench")
     args = parser.parse_args()
     n = KEYS * STEPS
+    load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with bench_database(args.database):
         team, _, _ = team_and_user()
         runs = {"COPY floor, as logged": lambda: bench_copy_floor(team, False),
@@ -131,9 +133,12 @@ def main() -> int:
         if args.orm:
             runs["ORM bulk_create"] = lambda: bench_bulk_create(team)
         results = {name: [] for name in runs}
+        cpu = {name: [] for name in runs}
         for _ in range(args.reps):
             for name, run in runs.items():
+                before = time.process_time()
                 results[name].append(run())
+                cpu[name].append(time.process_time() - before)
         logged, by_series = min(results["COPY floor, as logged"]), min(results["COPY floor, by series"])
         print(f"\nIngest {n:,} points ({KEYS} keys x {STEPS:,} steps), best of {args.reps}; "
               "share of each floor's rate (as logged / by series):")
@@ -141,7 +146,8 @@ def main() -> int:
             best = min(seconds)
             every = ", ".join(f"{s:.2f}" for s in seconds)
             print(f"  {name:22s} {best:6.2f} s  {n / best:10,.0f} points/s  {logged / best:5.0%} / {by_series / best:4.0%}"
-                  f"   (runs: {every} s)")
+                  f"   (runs: {every} s; this process's CPU {min(cpu[name]):.2f} s)")
+        print(f"  (load average before / after: {load0} / {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
     return 0
 
 

@@ -93,6 +93,11 @@ def daphne():
         server.wait(timeout=20)
 
 
+def load() -> str:
+    """The 1/5/15-minute load averages: how shared the machine was during a run."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def percentile(values, q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of ``values``."""
     ordered = sorted(values)
