@@ -11,12 +11,12 @@ Protocol (JSON):
 The consumer joins the job's group before reading the database and drops any live point
 at or below the last step it has sent for its key, so a reconnecting client misses
 nothing and receives nothing twice.  Live increments arrive from the trace sink as packed
-columns per key (see :func:`opdweb.traces.sink.live_messages`); the consumer keeps the
+columns per key (see :mod:`opdweb.traces.live_format`); the consumer keeps the
 steps it has not sent and writes them as JSON, at most ``REPLAY_CHUNK`` points per message.
 """
 from __future__ import annotations
 
-import numpy as np
+from bisect import bisect_right
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -26,7 +26,7 @@ from opdweb.jobs.models import Job
 from opdweb.teams.access import has_role
 from opdweb.teams.models import Role
 from opdweb.traces.queries import points_after, series_of
-from opdweb.traces.sink import unpack_live_message
+from opdweb.traces.live_format import unpack_live_message
 
 REPLAY_CHUNK = 2000
 
@@ -106,8 +106,8 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
             last_sent = self.sent.get(key, -1)
             if steps[-1] <= last_sent:
                 continue
-            start = int(np.searchsorted(steps, last_sent, side="right"))  # steps are strictly increasing
-            self.sent[key] = int(steps[-1])
+            start = bisect_right(steps, last_sent)  # steps are strictly increasing
+            self.sent[key] = steps[-1]
             points.extend([key, s, w, v] for s, w, v in zip(steps[start:].tolist(), walls[start:].tolist(), values[start:].tolist()))
         for i in range(0, len(points), REPLAY_CHUNK):
             await self.send_json({"type": "points", "points": points[i : i + REPLAY_CHUNK]})

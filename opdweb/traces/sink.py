@@ -20,7 +20,8 @@ latest-step, which changes nothing when replayed.
 
 Publishing.  One message per flush (split past ``LIVE_MESSAGE_POINTS``) carrying, per
 key, its points in step order as packed little-endian columns: the keys, their point
-counts, and the steps (int64), wall times and values (float64) as bytes.  Encoding is a
+counts, and the steps (int64), wall times and values (float64) as bytes (the format and
+its numpy-free reader: :mod:`opdweb.traces.live_format`).  Encoding is a
 ``tobytes`` per column, no Python object per point; the consumer unpacks the columns,
 drops what its client already has, and writes the JSON.  Publishing happens after the
 commit, so a consumer that replays from the database after joining the group misses
@@ -138,18 +139,6 @@ def _pack(message: dict, steps, walls, values, begin: int) -> dict:
         "walls": walls[begin:end].tobytes(),
         "values": values[begin:end].tobytes(),
     }
-
-
-def unpack_live_message(event: dict):
-    """``(key, steps, walls, values)`` per key of a live message, as numpy arrays."""
-    steps = np.frombuffer(event["steps"], dtype="<i8")
-    walls = np.frombuffer(event["walls"], dtype="<f8")
-    values = np.frombuffer(event["values"], dtype="<f8")
-    begin = 0
-    for key, count in zip(event["keys"], event["counts"]):
-        end = begin + count
-        yield key, steps[begin:end], walls[begin:end], values[begin:end]
-        begin = end
 
 
 class TraceSink:
