@@ -58,6 +58,8 @@ LIVE_MESSAGE_POINTS = 20_000
 # After this many rows written, the sink checks whether its tables need ANALYZE.
 ANALYZE_CHECK_ROWS = 200_000
 ANALYZE_TABLES = (POINTS_TABLE, ROLLUP_TABLE, SERIES_TABLE)
+# Batches waiting to be published beyond this are not published (liveness only).
+MAX_UNPUBLISHED = 64
 # The writer thread closes its database connection after this long with nothing to write.
 IDLE_CLOSE_SECONDS = 2.0
 
@@ -387,7 +389,13 @@ class TraceSink:
         }
         written = write_points(self.job_id, arrays)
         if self.publish is not None:
-            self._then("publish", arrays)
+            if self._followup is not None and self._followup.qsize() > MAX_UNPUBLISHED:
+                # The channel cannot keep up: the database has the points, and a page
+                # that reconnects gets them; memory stays bounded.
+                log.warning("trace sink of job %s: live channel behind, %s points not published", self.job_id,
+                            sum(len(a[0]) for a in arrays.values()))
+            else:
+                self._then("publish", arrays)
         if self.analyze:
             self._then("written", written)
 
