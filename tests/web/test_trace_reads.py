@@ -128,3 +128,31 @@ def test_a_read_touches_fewer_than_32_stored_rows_per_bucket():
                                "AND bucket BETWEEN %s AND %s", [series.pk, got["level"], lo // stored, hi // stored])
             rows = cursor.fetchone()[0]
         assert rows < 32 * max(n_buckets, 1) and rows <= 32 * len(got["buckets"]), (start, end, rows)
+
+
+def test_a_downsampled_read_is_one_query_and_the_endpoint_adds_only_access(client):
+    """The read itself is one SQL statement at every level; the endpoint around it costs
+    the session, the user, the job, the role check (made twice today) and the series row.
+    Lean API reads (one access check joined with the series) belong to the API module."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.web.factories import MembershipFactory
+
+    job = JobFactory()
+    sink = TraceSink(job.pk)
+    sink.add_many("loss", list(range(5000)), [float(s % 17) for s in range(5000)], [0.0] * 5000)
+    sink.close()
+    series = TraceSeries.objects.get(job=job, key="loss")
+    for n_buckets in (1, 10, 1000, 5000):
+        with CaptureQueriesContext(connection) as captured:
+            got = downsample(series, n_buckets)
+        assert len(captured) == 1, (n_buckets, got["level"])
+    client.force_login(MembershipFactory(team=job.team).user)
+    client.get(f"/api/jobs/{job.pk}/series/downsampled?key=loss")  # session warm
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(f"/api/jobs/{job.pk}/series/downsampled?key=loss&buckets=100&start=10&end=4000")
+    assert response.status_code == 200
+    # 3,991 steps into 100 buckets: level 1 (32 steps), two of its buckets per output one.
+    assert response.json()["bucket_steps"] == 64 and response.json()["buckets"][0][:2] == [0, 63]
+    assert len(captured) <= 7, [q["sql"][:80] for q in captured]
