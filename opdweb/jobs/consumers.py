@@ -108,7 +108,8 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
                 continue
             start = bisect_right(steps, last_sent)  # steps are strictly increasing
             self.sent[key] = steps[-1]
-            points.extend([key, s, w, v] for s, w, v in zip(steps[start:].tolist(), walls[start:].tolist(), values[start:].tolist()))
+            fresh = zip(steps[start:].tolist(), walls[start:].tolist(), values[start:].tolist())
+            points.extend([key, s, w, v] for s, w, v in fresh)
         for i in range(0, len(points), REPLAY_CHUNK):
             await self.send_json({"type": "points", "points": points[i : i + REPLAY_CHUNK]})
 

@@ -185,7 +185,8 @@ class TraceSink:
             # Publishing and ANALYZE run after each commit in a second thread, so the
             # writer goes on with the next batch meanwhile.
             self._followup = queue.SimpleQueue()
-            self._followup_thread = threading.Thread(target=self._follow_up, name=f"trace-sink-{job_id}-live", daemon=True)
+            self._followup_thread = threading.Thread(target=self._follow_up, name=f"trace-sink-{job_id}-live",
+                                                     daemon=True)
             self._followup_thread.start()
             self._thread = threading.Thread(target=self._writer, name=f"trace-sink-{job_id}", daemon=True)
             self._thread.start()
@@ -384,7 +385,8 @@ class TraceSink:
     def _write(self, buffer) -> None:
         """Write one batch (in whichever thread flushes); publishing follows the commit."""
         arrays = {
-            key: (np.asarray(steps, dtype=np.int64), np.asarray(walls, dtype=np.float64), np.asarray(vals, dtype=np.float64))
+            key: (np.asarray(steps, dtype=np.int64), np.asarray(walls, dtype=np.float64),
+                  np.asarray(vals, dtype=np.float64))
             for key, (steps, walls, vals) in buffer.items()
         }
         written = write_points(self.job_id, arrays)
@@ -464,7 +466,8 @@ def analyze_if_needed(written: Mapping[str, int] | None = None) -> list[str]:
     return tables
 
 
-def _claim_series(cursor, job_id: int, keys: list[str], firsts: list[int], lasts: list[int]) -> tuple[dict[str, int], dict[int, int]]:
+def _claim_series(cursor, job_id: int, keys: list[str], firsts: list[int],
+                  lasts: list[int]) -> tuple[dict[str, int], dict[int, int]]:
     """Series ids for every key, creating rows as needed and widening their step range,
     in one statement.  Also returns each existing series' last step *before* this batch,
     as the statement's snapshot saw it (the rollup fast path relies on it; a concurrent
@@ -516,7 +519,8 @@ def _write_points(cursor, sid, steps, walls, values, replay: bool) -> None:
     )
 
 
-def rollup_columns(sid: np.ndarray, steps: np.ndarray, values: np.ndarray, presorted: bool = False) -> dict[str, np.ndarray]:
+def rollup_columns(sid: np.ndarray, steps: np.ndarray, values: np.ndarray,
+                   presorted: bool = False) -> dict[str, np.ndarray]:
     """Min, max and last per (series, level, bucket) for one batch of points, for every
     stored level.  Sorted by (series, step) (unless ``presorted``), every level's groups
     are contiguous, so each level is a ``reduceat`` over the same arrays."""
