@@ -1,246 +1,153 @@
-"""Trace storage benchmarks, ratios from one run (these machines are shared and noisy).
+"""Ingest through the trace sink as a worker runs it, against a pre-encoded COPY floor.
 
-    make bench            # = python -m opdweb.launcher exec .venv/bin/python benchmarks/bench_traces.py
+    python -m opdweb.launcher exec -- .venv/bin/python benchmarks/bench_traces.py   # make bench
 
-1. Ingest 1,000,000 points (10 keys x 100,000 steps) in the order a run logs them (every
-   key at each step): the sink (``add`` per step, binary COPY + rollups, a transaction per
-   50,000 points) against one raw psycopg COPY of the same rows in the same order into
-   the same indexed table, and ORM bulk_create.
-2. Downsampled read of a 1,000,000-point series into 1,000 buckets: whole range and a
-   zoomed window, median of repeated reads.
-3. Live latency: sink publish -> websocket client receive through daphne and the Redis
-   channel layer, 1,000 messages, p50 / p95.
+1,000,000 points (10 keys x 100,000 steps) in the order a run logs them (every key at
+each step), into the same indexed table, fresh each time, in one run:
 
-It runs in a throwaway database (``test_<name>``) made and dropped here.
+- floors: the rows encoded for binary COPY before the clock starts, then one COPY in one
+  transaction (what PostgreSQL itself takes to ingest them), once in the order a run
+  logs them and once sorted by (series, step), PostgreSQL's fastest order (the sink
+  sorts each batch that way; it cannot sort a whole run it streams);
+- the sink as the runner makes it: ``add`` per step, the writer thread flushing every
+  50 ms, rollups, and publishing ON through the real Redis channel layer
+  (``live.publish``) to a job group with one subscribed channel, so every message is
+  really written to Redis (no reader: the worker's side of the cost);
+- the same sink with publishing off;
+- optionally (``--orm``) ORM ``bulk_create``.
+
+The clock stops when ``close()`` returns: everything written, committed and published.
+Best of ``--reps`` for each, interleaved.  Chart reads: benchmarks/bench_reads.py; live
+latency: benchmarks/bench_live.py.
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
-import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "opdweb.settings")
-os.environ.setdefault("SECRET_KEY", "bench-only")
+import numpy as np
 
-import django  # noqa: E402
+from harness import bench_database, make_job, team_and_user
 
-django.setup()
-
-from django.db import connection, transaction  # noqa: E402
+from django.db import connection, transaction  # noqa: E402  (harness set Django up)
 
 KEYS, STEPS = 10, 100_000
+WALL0 = 1.7e9
 
 
 def fresh_tables():
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE traces_tracepoint, traces_tracerollup")
+        cursor.execute("TRUNCATE traces_tracepoint, traces_tracerollup, traces_traceseries")
 
 
-def make_job(team, name):
-    from opdweb.jobs.models import Job
-
-    return Job.objects.create(team=team, kind="selftest", name=name, config={})
-
-
-def values(key_index: int):
-    return [((step * 7919 + key_index * 104729) % 1000) / 10.0 for step in range(STEPS)]
+def columns():
+    """Each key's values, as a run would log them."""
+    steps = np.arange(STEPS)
+    return [((steps * 7919 + k * 104729) % 1000 / 10.0).tolist() for k in range(KEYS)]
 
 
-def bench_sink(team) -> float:
-    """Points arrive as a run logs them: at each step, one value per key (``add``)."""
+def bench_sink(team, publish: bool) -> float:
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from opdweb.jobs import live
     from opdweb.traces.sink import TraceSink
 
     fresh_tables()
     job = make_job(team, "sink")
+    if publish:  # a viewer's channel in the job's group: messages really go to Redis
+        layer = get_channel_layer()
+        channel = async_to_sync(layer.new_channel)()
+        async_to_sync(layer.group_add)(live.job_group(job.pk), channel)
     keys = [f"bench/key{k}" for k in range(KEYS)]
-    columns = [values(k) for k in range(KEYS)]
+    cols = columns()
     start = time.perf_counter()
-    sink = TraceSink(job.pk, publish=False, flush_points=50_000)
+    sink = TraceSink(job.pk, publish=(lambda messages: live.publish(job.pk, messages)) if publish else None)
     for step in range(STEPS):
-        sink.add(step, {key: col[step] for key, col in zip(keys, columns)}, wall_time=1.7e9 + step)
-    sink.flush()
-    return time.perf_counter() - start
+        sink.add(step, {key: col[step] for key, col in zip(keys, cols)}, wall_time=WALL0 + step)
+    sink.close()
+    elapsed = time.perf_counter() - start
+    if publish:
+        async_to_sync(layer.group_discard)(live.job_group(job.pk), channel)
+    return elapsed
 
 
-def empty_series(team, name):
-    """Fresh tables and a job with its KEYS series made up front (the baselines write
-    points only): returns the series ids and each key's values."""
+def series_ids(team, name) -> list[int]:
     from opdweb.traces.models import TraceSeries
 
     fresh_tables()
     job = make_job(team, name)
-    ids = [TraceSeries.objects.create(job=job, key=f"bench/key{k}", first_step=0, last_step=STEPS - 1).pk for k in range(KEYS)]
-    return ids, [values(k) for k in range(KEYS)]
+    return [TraceSeries.objects.create(job=job, key=f"bench/key{k}", first_step=0, last_step=STEPS - 1).pk
+            for k in range(KEYS)]
 
 
-def bench_raw_copy(team) -> float:
-    ids, rows_per_key = empty_series(team, "raw")
+def bench_copy_floor(team, by_series: bool) -> float:
+    """Rows as logged (every key at each step) or sorted by series, encoded before the clock."""
+    from opdweb.traces.sink import POINT_COLUMNS, POINTS_TABLE, copy_into, encode_binary_copy
+
+    ids = series_ids(team, "floor")
+    steps = np.repeat(np.arange(STEPS, dtype=np.int64), KEYS)
+    sid = np.tile(np.asarray(ids, dtype=np.int64), STEPS)
+    values = np.asarray(columns(), dtype=np.float64).T.ravel()
+    if by_series:
+        order = np.lexsort((steps, sid))
+        steps, sid, values = steps[order], sid[order], values[order]
+    data = encode_binary_copy([("int8", sid), ("int8", steps), ("float8", WALL0 + steps.astype(np.float64)),
+                               ("float8", values)])
     start = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
-        with cursor.cursor.copy("COPY traces_tracepoint (series_id, step, wall_time, value) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(["int8", "int8", "float8", "float8"])
-            for step in range(STEPS):  # the order a run produces them: every key at each step
-                for sid, vals in zip(ids, rows_per_key):
-                    copy.write_row((sid, step, 1.7e9 + step, vals[step]))
+        copy_into(cursor.cursor, POINTS_TABLE, POINT_COLUMNS, data)
     return time.perf_counter() - start
 
 
 def bench_bulk_create(team) -> float:
     from opdweb.traces.models import TracePoint
 
-    ids, rows_per_key = empty_series(team, "orm")
+    ids = series_ids(team, "orm")
+    cols = columns()
     start = time.perf_counter()
     with transaction.atomic():
         TracePoint.objects.bulk_create(
-            (TracePoint(series_id=sid, step=s, wall_time=1.7e9 + s, value=vals[s])
-             for s in range(STEPS) for sid, vals in zip(ids, rows_per_key)),
+            (TracePoint(series_id=sid, step=s, wall_time=WALL0 + s, value=vals[s])
+             for s in range(STEPS) for sid, vals in zip(ids, cols)),
             batch_size=10_000,
         )
     return time.perf_counter() - start
 
 
-def bench_reads(team, reps: int) -> dict:
-    from opdweb.traces.models import TraceSeries
-    from opdweb.traces.queries import downsample
-    from opdweb.traces.sink import TraceSink
-
-    fresh_tables()
-    job = make_job(team, "read")
-    n = KEYS * STEPS
-    sink = TraceSink(job.pk, publish=False, flush_points=100_000)
-    sink.add_many("bench/long", range(n), [((s * 7919) % 1000) / 10.0 for s in range(n)], [1.7e9] * n)
-    sink.flush()
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE traces_tracepoint; ANALYZE traces_tracerollup")
-    series = TraceSeries.objects.get(job=job, key="bench/long")
-    out = {}
-    for label, (lo, hi) in {"whole range": (None, None), "zoom 37%..41%": (int(0.37 * n), int(0.41 * n)),
-                            "zoom 31,000 steps": (500_000, 530_999),  # worst case: ~31,000 raw rows
-                            "zoom 2,000 steps": (500_000, 501_999)}.items():
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            result = downsample(series, 1000, lo, hi)
-            times.append(time.perf_counter() - t)
-        out[label] = (statistics.median(times) * 1000, len(result["buckets"]), result["level"])
-    return out
-
-
-def bench_live(team, user, messages: int) -> tuple[float, float, float]:
-    """Publish ``messages`` single-point messages through the sink's publisher; a websocket
-    client on a real daphne records when each arrives."""
-    from django.contrib.auth import get_user_model  # noqa: F401
-    from django.contrib.sessions.backends.db import SessionStore
-    from websockets.asyncio.client import connect
-
-    from opdweb.jobs import live
-    from opdweb.embedded_servers import free_port, reachable
-
-    job = make_job(team, "live")
-    session = SessionStore()
-    session["_auth_user_id"] = str(user.pk)
-    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-    session["_auth_user_hash"] = user.get_session_auth_hash()
-    session.create()
-    port = free_port()
-    db = connection.settings_dict
-    from urllib.parse import quote
-
-    host = quote(db["HOST"], safe="") if db["HOST"].startswith("/") else db["HOST"]
-    env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{host}{':' + str(db['PORT']) if db['PORT'] else ''}/{db['NAME']}"}
-    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "opdweb.asgi:application"],
-                              env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 60
-        while not reachable("127.0.0.1", port):
-            if time.time() > deadline:
-                raise RuntimeError("daphne did not start")
-            time.sleep(0.1)
-        latencies: list[float] = []
-
-        async def client(ready: asyncio.Event, done: asyncio.Event):
-            headers = {"Cookie": f"sessionid={session.session_key}", "Origin": "http://127.0.0.1"}
-            async with connect(f"ws://127.0.0.1:{port}/ws/jobs/{job.pk}/", additional_headers=headers) as ws:
-                await ws.send(json.dumps({"type": "resume", "after": {}}))
-                while True:
-                    msg = json.loads(await ws.recv())
-                    if msg["type"] == "replayed":
-                        ready.set()
-                    elif msg["type"] == "points":
-                        now = time.time()
-                        latencies.extend(now - p[2] for p in msg["points"])
-                        if len(latencies) >= messages:
-                            done.set()
-                            return
-
-        async def main():
-            ready, done = asyncio.Event(), asyncio.Event()
-            task = asyncio.create_task(client(ready, done))
-            await asyncio.wait_for(ready.wait(), 30)
-            loop = asyncio.get_running_loop()
-            for step in range(messages):
-                point = [["bench/live", step, time.time(), float(step)]]
-                await loop.run_in_executor(None, live.publish, job.pk, [{"type": "trace.points", "points": point}])
-                await asyncio.sleep(0.005)
-            await asyncio.wait_for(task, 60)
-
-        asyncio.run(main())
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
-    ms = sorted(x * 1000 for x in latencies)
-    return statistics.median(ms), ms[int(0.95 * len(ms)) - 1], ms[-1]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--reps", type=int, default=2, help="ingest repetitions (best is kept)")
-    parser.add_argument("--read-reps", type=int, default=30)
-    parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--reps", type=int, default=3, help="repetitions, interleaved (best is kept)")
+    parser.add_argument("--orm", action="store_true", help="also ORM bulk_create (slow)")
+    parser.add_argument("--database", default="opdweb_bench")
     args = parser.parse_args()
-
-    from django.core.management import call_command
-    from django.test.utils import setup_databases, teardown_databases
-
-    connection.settings_dict["TEST"]["NAME"] = "opdweb_bench"  # never the test suite's database
-    old = setup_databases(verbosity=0, interactive=False)
-    try:
-        from opdweb.teams.models import Membership, Role, Team
-        from django.contrib.auth import get_user_model
-
-        call_command("check", verbosity=0)
-        team = Team.objects.create(name="bench", slug="bench")
-        user = get_user_model().objects.create_user("bench", password="bench-password")
-        Membership.objects.create(team=team, user=user, role=Role.ADMIN)
-        n = KEYS * STEPS
-        results = {"sink": [], "raw COPY": [], "ORM bulk_create": []}
+    n = KEYS * STEPS
+    load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    with bench_database(args.database):
+        team, _, _ = team_and_user()
+        runs = {"COPY floor, as logged": lambda: bench_copy_floor(team, False),
+                "COPY floor, by series": lambda: bench_copy_floor(team, True),
+                "sink, publishing on": lambda: bench_sink(team, True),
+                "sink, publishing off": lambda: bench_sink(team, False)}
+        if args.orm:
+            runs["ORM bulk_create"] = lambda: bench_bulk_create(team)
+        results = {name: [] for name in runs}
+        cpu = {name: [] for name in runs}
         for _ in range(args.reps):
-            results["raw COPY"].append(bench_raw_copy(team))
-            results["sink"].append(bench_sink(team))
-            results["ORM bulk_create"].append(bench_bulk_create(team))
-        best = {k: min(v) for k, v in results.items()}
-        print(f"\nIngest {n:,} points ({KEYS} keys x {STEPS:,} steps), best of {args.reps}:")
-        for name, seconds in best.items():
-            print(f"  {name:16s} {seconds:7.2f} s  {n / seconds:10,.0f} points/s  {best['raw COPY'] / seconds:6.0%} of raw COPY")
-
-        print(f"\nDownsampled read of a {n:,}-point series into 1,000 buckets, median of {args.read_reps}:")
-        for label, (ms, buckets, level) in bench_reads(team, args.read_reps).items():
-            print(f"  {label:18s} {ms:6.1f} ms  ({buckets} buckets from rollup level {level})")
-
-        p50, p95, worst = bench_live(team, user, args.messages)
-        print(f"\nLive latency, publish -> websocket receive, {args.messages} messages: "
-              f"p50 {p50:.1f} ms, p95 {p95:.1f} ms, max {worst:.1f} ms")
-    finally:
-        connection.close()
-        teardown_databases(old, verbosity=0)
+            for name, run in runs.items():
+                before = time.process_time()
+                results[name].append(run())
+                cpu[name].append(time.process_time() - before)
+        logged, by_series = min(results["COPY floor, as logged"]), min(results["COPY floor, by series"])
+        print(f"\nIngest {n:,} points ({KEYS} keys x {STEPS:,} steps), best of {args.reps}; "
+              "share of each floor's rate (as logged / by series):")
+        for name, seconds in results.items():
+            best = min(seconds)
+            every = ", ".join(f"{s:.2f}" for s in seconds)
+            print(f"  {name:22s} {best:6.2f} s  {n / best:10,.0f} points/s  {logged / best:5.0%} / {by_series / best:4.0%}"
+                  f"   (runs: {every} s; this process's CPU {min(cpu[name]):.2f} s)")
+        print(f"  (load average before / after: {load0} / {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
     return 0
 
 

@@ -10,9 +10,13 @@ Protocol (JSON):
 
 The consumer joins the job's group before reading the database and drops any live point
 at or below the last step it has sent for its key, so a reconnecting client misses
-nothing and receives nothing twice.
+nothing and receives nothing twice.  Live increments arrive from the trace sink as packed
+columns per key (see :mod:`opdweb.traces.live_format`); the consumer keeps the
+steps it has not sent and writes them as JSON, at most ``REPLAY_CHUNK`` points per message.
 """
 from __future__ import annotations
+
+from bisect import bisect_right
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -22,6 +26,7 @@ from opdweb.jobs.models import Job
 from opdweb.teams.access import has_role
 from opdweb.teams.models import Role
 from opdweb.traces.queries import points_after, series_of
+from opdweb.traces.live_format import unpack_live_message
 
 REPLAY_CHUNK = 2000
 
@@ -31,7 +36,7 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
         self.job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
         self.sent: dict[str, int] = {}
         self.resumed = False
-        self.pending: list[list] = []
+        self.pending: list[dict] = []
         user = self.scope.get("user")
         await self.accept()
         if user is None or not user.is_authenticated:
@@ -76,7 +81,8 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
                 await self.send_points([[key, step, wall, value] for step, wall, value in rows])
         self.resumed = True
         pending, self.pending = self.pending, []
-        await self.send_points(pending)
+        for event in pending:
+            await self.send_live(event)
         await self.send_json({"type": "replayed"})
 
     async def send_points(self, points):
@@ -89,12 +95,30 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
         if fresh:
             await self.send_json({"type": "points", "points": fresh})
 
+    async def send_live(self, event):
+        """Forward one live message: per key, only the steps after the last one sent."""
+        if "points" in event:  # the list form a sink of an earlier release may still send
+            return await self.send_points(event["points"])
+        points = []
+        for key, steps, walls, values in unpack_live_message(event):
+            if not len(steps):
+                continue
+            last_sent = self.sent.get(key, -1)
+            if steps[-1] <= last_sent:
+                continue
+            start = bisect_right(steps, last_sent)  # steps are strictly increasing
+            self.sent[key] = steps[-1]
+            fresh = zip(steps[start:].tolist(), walls[start:].tolist(), values[start:].tolist())
+            points.extend([key, s, w, v] for s, w, v in fresh)
+        for i in range(0, len(points), REPLAY_CHUNK):
+            await self.send_json({"type": "points", "points": points[i : i + REPLAY_CHUNK]})
+
     # Group messages (type "trace.points" -> trace_points, "job.state" -> job_state).
     async def trace_points(self, event):
         if not self.resumed:
-            self.pending.extend(event["points"])
+            self.pending.append(event)
             return
-        await self.send_points(event["points"])
+        await self.send_live(event)
 
     async def job_state(self, event):
         await self.send_json({"type": "state", "job": event["job"]})

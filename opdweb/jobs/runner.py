@@ -160,17 +160,17 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
     deadline = time.monotonic() + limit_s
     heartbeat = Heartbeat(job, handler, deadline + settings.JOB_TIME_LIMIT_GRACE_S, limit_s)
     heartbeat.start()
-    sink = TraceSink(job.pk)
+    sink = TraceSink(job.pk, publish=lambda messages: live.publish(job.pk, messages))
     reporter = JobReporter(job, sink, deadline)
     try:
         config = kind.config.model_validate(confine(kind.config, job.config, product=product_values()))
         log.info("job %s (%s) attempt %s started on %s", job.pk, job.kind, attempt, job.worker)
         result = kind.run(config, reporter)
-        sink.flush()
+        sink.close()
         log.info("job %s succeeded", job.pk)
         state, outcome = JobState.SUCCEEDED, {"result": result}
     except Cancelled as exc:
-        sink.flush()
+        sink.close()
         if reporter.timed_out:
             log.error("job %s stopped at its time limit of %.0f s", job.pk, limit_s)
             state, outcome = JobState.FAILED, {"error": f"time limit: stopped at its limit of {limit_s:.0f} s"}
@@ -179,7 +179,7 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
             state, outcome = JobState.CANCELLED, {}
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded on the job
         try:
-            sink.flush()
+            sink.close()
         except Exception:  # noqa: BLE001
             log.warning("could not flush the trace of failed job %s", job.pk, exc_info=True)
         log.error("job %s failed: %s", job.pk, exc)

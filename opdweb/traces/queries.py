@@ -2,26 +2,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from django.db import connection, transaction
 
 from opdweb.traces.models import ROLLUP_WIDTHS, TraceSeries
 
 MAX_BUCKETS = 5000
-
-
-@dataclass(frozen=True)
-class Bucket:
-    start: int  # first step covered (inclusive)
-    end: int  # last step covered (inclusive)
-    min: float
-    max: float
-    last_step: int
-    last: float
-
-    def as_list(self) -> list:
-        return [self.start, self.end, self.min, self.max, self.last_step, self.last]
 
 
 def choose_level(span: int, n_buckets: int) -> int:
@@ -39,62 +25,55 @@ def downsample(series: TraceSeries, n_buckets: int, start: int | None = None, en
 
     Bucket edges fall on multiples of the bucket width, and the window widens to whole
     buckets, so every min, max and last is exact for the steps its bucket reports: a
-    spike anywhere in a bucket shows in that bucket.
+    spike anywhere in a bucket shows in that bucket.  PostgreSQL does the bucketing (one
+    GROUP BY over the chosen level's rows, fewer than 32 of them per bucket returned);
+    only the buckets come back.
     """
     n_buckets = max(1, min(int(n_buckets), MAX_BUCKETS))
     lo = series.first_step if start is None else max(int(start), series.first_step)
     hi = series.last_step if end is None else min(int(end), series.last_step)
     if hi < lo:
         return {"key": series.key, "level": 0, "bucket_steps": 1, "buckets": []}
-    span = hi - lo + 1
-    level = choose_level(span, n_buckets)
-    width = ROLLUP_WIDTHS[level]
-    # Output buckets are whole multiples of the stored width, aligned to them; the window
-    # widens to whole buckets, which keeps every bucket's min / max / last exact.
-    out_width = width * math.ceil(span / n_buckets / width)
-    while hi // out_width - lo // out_width + 1 > n_buckets:
-        out_width += width
+    level, out_width = bucket_width(hi - lo + 1, n_buckets, lo, hi)
     lo, hi = lo // out_width * out_width, (hi // out_width + 1) * out_width - 1
     with connection.cursor() as cursor:
         if level == 0:
-            cursor.execute(
-                "SELECT step, value, value, step, value FROM traces_tracepoint "
-                "WHERE series_id = %s AND step BETWEEN %s AND %s ORDER BY step",
-                [series.pk, lo, hi],
-            )
+            cursor.execute(_RAW_BUCKETS, {"w": out_width, "series": series.pk, "lo": lo, "hi": hi})
         else:
-            cursor.execute(
-                "SELECT bucket * %s, min, max, last_step, last_value FROM traces_tracerollup "
-                "WHERE series_id = %s AND level = %s AND bucket BETWEEN %s AND %s ORDER BY bucket",
-                [width, series.pk, level, lo // width, hi // width],
-            )
+            width = ROLLUP_WIDTHS[level]
+            cursor.execute(_ROLLUP_BUCKETS, {"w": out_width, "k": out_width // width, "series": series.pk,
+                                             "level": level, "lo": lo // width, "hi": hi // width})
         rows = cursor.fetchall()
-    buckets: list[Bucket] = []
-    current = None
-    for first, vmin, vmax, last_step, last_value in rows:
-        index = first // out_width
-        if current is None or current[0] != index:
-            if current is not None:
-                buckets.append(_bucket(current, out_width))
-            current = [index, vmin, vmax, last_step, last_value]
-        else:
-            current[1] = min(current[1], vmin)
-            current[2] = max(current[2], vmax)
-            if last_step >= current[3]:
-                current[3], current[4] = last_step, last_value
-    if current is not None:
-        buckets.append(_bucket(current, out_width))
-    return {
-        "key": series.key,
-        "level": level,
-        "bucket_steps": out_width,
-        "buckets": [b.as_list() for b in buckets],
-    }
+    return {"key": series.key, "level": level, "bucket_steps": out_width, "buckets": list(map(list, rows))}
 
 
-def _bucket(acc, out_width: int) -> Bucket:
-    index, vmin, vmax, last_step, last_value = acc
-    return Bucket(index * out_width, (index + 1) * out_width - 1, vmin, vmax, last_step, last_value)
+def bucket_width(span: int, n_buckets: int, lo: int, hi: int) -> tuple[int, int]:
+    """``(level, output bucket width)`` for a window ``[lo, hi]`` of ``span`` steps: the
+    stored level from :func:`choose_level`, and the smallest multiple of its width whose
+    aligned buckets covering the window number at most ``n_buckets``."""
+    level = choose_level(span, n_buckets)
+    width = ROLLUP_WIDTHS[level]
+    out_width = width * math.ceil(span / n_buckets / width)
+    while hi // out_width - lo // out_width + 1 > n_buckets:
+        out_width += width
+    return level, out_width
+
+
+# The last value of a bucket is the one at its greatest step: array_agg ordered by step
+# keeps it without a second pass (groups hold fewer than 32 rows).
+_RAW_BUCKETS = """
+    SELECT b * %(w)s, b * %(w)s + %(w)s - 1, min(value), max(value), max(step),
+           (array_agg(value ORDER BY step DESC))[1]
+    FROM (SELECT step / %(w)s AS b, step, value FROM traces_tracepoint
+          WHERE series_id = %(series)s AND step BETWEEN %(lo)s AND %(hi)s) AS p
+    GROUP BY b ORDER BY b"""
+
+_ROLLUP_BUCKETS = """
+    SELECT b * %(w)s, b * %(w)s + %(w)s - 1, min(min), max(max), max(last_step),
+           (array_agg(last_value ORDER BY last_step DESC))[1]
+    FROM (SELECT bucket / %(k)s AS b, min, max, last_step, last_value FROM traces_tracerollup
+          WHERE series_id = %(series)s AND level = %(level)s AND bucket BETWEEN %(lo)s AND %(hi)s) AS r
+    GROUP BY b ORDER BY b"""
 
 
 def iter_points(job_id: int, keys: list[str] | None = None, chunk: int = 5000):

@@ -1,0 +1,121 @@
+"""Chart reads as a browser makes them: over HTTP through daphne, logged in.
+
+    python -m opdweb.launcher exec -- .venv/bin/python benchmarks/bench_reads.py
+
+For series of 10k, 100k, 1M and 5M points (``--sizes``), written through the sink, each
+in its own job (all in the same tables): ``GET /api/jobs/{id}/series/downsampled`` with
+1,000 buckets (what the job page asks) over the whole range, and over 1 % and 3 % zooms
+at random places, on one keep-alive connection.  Per cell: p50 / p95 / max of the full
+request (send, server, receive, JSON decode), the same read in process (``downsample``:
+PostgreSQL and Python only), the rollup level used and the buckets returned; and the
+number of SQL queries one request makes (Django's query log, in process).
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import time
+
+import numpy as np
+
+from harness import bench_database, daphne, make_job, load, percentile, team_and_user
+
+
+def ingest(team, n: int):
+    from opdweb.traces.models import TraceSeries
+    from opdweb.traces.sink import TraceSink
+
+    job = make_job(team, f"read {n:,}", state="succeeded")
+    rng = np.random.default_rng(n)
+    sink = TraceSink(job.pk)
+    chunk = 200_000
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        walk = np.cumsum(rng.normal(0, 0.01, m)) + rng.normal(0, 0.1, m)
+        sink.add_many("train/loss", range(start, start + m), walk.tolist(), [1.7e9 + start] * m)
+    sink.close()  # also ANALYZEs the tables once they changed enough
+    return job, TraceSeries.objects.get(job=job, key="train/loss")
+
+
+def windows(n: int, kind: str, reps: int, rng) -> list[tuple[int | None, int | None]]:
+    if kind == "whole":
+        return [(None, None)] * reps
+    width = max(1, int(n * {"1%": 0.01, "3%": 0.03}[kind]))
+    starts = rng.integers(0, n - width + 1, reps)
+    return [(int(s), int(s) + width - 1) for s in starts]
+
+
+def url(job_id: int, lo, hi) -> str:
+    query = "key=train/loss&buckets=1000" + ("" if lo is None else f"&start={lo}&end={hi}")
+    return f"/api/jobs/{job_id}/series/downsampled?{query}"
+
+
+def queries_per_request(user, job_id: int) -> int:
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(user)
+    client.get(url(job_id, None, None))  # warm
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url(job_id, 0, 999)).status_code == 200
+    return len(captured)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="10000,100000,1000000,5000000")
+    parser.add_argument("--reps", type=int, default=60, help="requests per cell")
+    parser.add_argument("--database", default="opdweb_bench")
+    args = parser.parse_args()
+    from opdweb.traces.queries import downsample
+
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with bench_database(args.database):
+        team, user, cookie = team_and_user()
+        jobs = {}
+        for n in sizes:
+            t = time.perf_counter()
+            jobs[n] = ingest(team, n)
+            print(f"ingested {n:,} points through the sink in {time.perf_counter() - t:.1f} s", flush=True)
+        print(f"\nSQL queries per downsampled-read request (in process): {queries_per_request(user, jobs[sizes[0]][0].pk)}")
+        rng = np.random.default_rng(0)
+        with daphne() as host:
+            conn = http.client.HTTPConnection(host)
+            headers = {"Cookie": cookie}
+            print(f"\nDownsampled reads, 1,000 buckets, over HTTP through daphne (one keep-alive connection), {args.reps} "
+                  "requests per cell; in process = downsample() alone:")
+            print(f"  {'points':>9s}  {'window':6s}  {'HTTP p50':>9s} {'p95':>7s} {'max':>7s}   {'in process p50':>14s} {'p95':>6s}"
+                  "   level  buckets")
+            for n in sizes:
+                job, series = jobs[n]
+                for kind in ("whole", "1%", "3%"):
+                    ws = windows(n, kind, args.reps, rng)
+                    for lo, hi in ws[:3]:  # warm the connection and the cache
+                        conn.request("GET", url(job.pk, lo, hi), headers=headers)
+                        conn.getresponse().read()
+                    http_ms, local_ms, levels, counts = [], [], set(), []
+                    for lo, hi in ws:
+                        t = time.perf_counter()
+                        conn.request("GET", url(job.pk, lo, hi), headers=headers)
+                        response = conn.getresponse()
+                        body = json.loads(response.read())
+                        http_ms.append((time.perf_counter() - t) * 1000)
+                        assert response.status == 200, body
+                        levels.add(body["level"])
+                        counts.append(len(body["buckets"]))
+                        t = time.perf_counter()
+                        downsample(series, 1000, lo, hi)
+                        local_ms.append((time.perf_counter() - t) * 1000)
+                    print(f"  {n:9,d}  {kind:6s}  {percentile(http_ms, 50):7.1f} ms {percentile(http_ms, 95):7.1f} "
+                          f"{max(http_ms):7.1f}   {percentile(local_ms, 50):11.1f} ms {percentile(local_ms, 95):6.1f}"
+                          f"   {','.join(map(str, sorted(levels))):5s}  {min(counts)}-{max(counts)}", flush=True)
+            conn.close()
+            print(f"  (load average at the end: {load()})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,31 @@
+"""The live channel's trace message, read side, without numpy (the web process stays
+light; the worker side that packs it is :func:`opdweb.traces.sink.live_messages`).
+
+``{"type": "trace.points", "keys": [...], "counts": [...], "steps": bytes, "walls": bytes,
+"values": bytes}``: per key, ``count`` points in strictly increasing step order; the
+three columns are packed little-endian, steps as int64, wall times and values as float64.
+"""
+from __future__ import annotations
+
+import sys
+from array import array
+
+
+def _column(data: bytes, code: str) -> array:
+    column = array(code)
+    column.frombytes(data)
+    if sys.byteorder != "little":
+        column.byteswap()
+    return column
+
+
+def unpack_live_message(event: dict):
+    """``(key, steps, walls, values)`` per key of a live message, as ``array`` columns."""
+    steps = _column(event["steps"], "q")
+    walls = _column(event["walls"], "d")
+    values = _column(event["values"], "d")
+    begin = 0
+    for key, count in zip(event["keys"], event["counts"]):
+        end = begin + count
+        yield key, steps[begin:end], walls[begin:end], values[begin:end]
+        begin = end

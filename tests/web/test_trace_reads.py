@@ -1,0 +1,158 @@
+"""Downsampled reads computed by PostgreSQL, checked against a brute-force numpy
+computation over the raw points: random series whose lengths and step ranges cross the
+rollup widths, read at every level and at window edges."""
+import numpy as np
+import pytest
+
+from opdweb.traces.models import ROLLUP_WIDTHS, TraceSeries
+from opdweb.traces.queries import MAX_BUCKETS, downsample
+from opdweb.traces.sink import TraceSink
+from tests.web.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def brute_force(steps: np.ndarray, values: np.ndarray, lo: int, hi: int, width: int) -> list[list]:
+    """Buckets of ``width`` steps aligned to multiples of it over ``[lo, hi]``:
+    ``[start, end, min, max, last_step, last]``, from the raw points (steps sorted)."""
+    keep = (steps >= lo) & (steps <= hi)
+    s, v = steps[keep], values[keep]
+    if not len(s):
+        return []
+    bucket = s // width
+    starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
+    ends = np.r_[starts[1:], len(s)] - 1
+    return [
+        [int(b) * width, int(b) * width + width - 1, float(mn), float(mx), int(ls), float(lv)]
+        for b, mn, mx, ls, lv in zip(bucket[starts], np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts),
+                                     s[ends], v[ends])
+    ]
+
+
+def ingest(job, key, steps, values, rng) -> TraceSeries:
+    """Through the sink in uneven batches, as a run would, then a replay of a stretch of
+    it (which must change nothing)."""
+    sink = TraceSink(job.pk, flush_points=int(rng.integers(500, 40_000)))
+    for i in range(0, len(steps), 1000):
+        sink.add_many(key, steps[i : i + 1000].tolist(), values[i : i + 1000].tolist(), [0.0] * len(steps[i : i + 1000]))
+    sink.close()
+    a, b = sorted(rng.integers(0, len(steps), 2).tolist())
+    replay = TraceSink(job.pk)
+    replay.add_many(key, steps[a : b + 1].tolist(), values[a : b + 1].tolist(), [0.0] * (b + 1 - a))
+    replay.close()
+    return TraceSeries.objects.get(job=job, key=key)
+
+
+def windows_for(first: int, last: int, rng) -> list[tuple]:
+    """Whole range, open ends, windows on and beside bucket edges of every width, a single
+    step, a window past the end and an empty one."""
+    out = [(None, None), (first, last), (None, (first + last) // 2), ((first + last) // 2, None), (first, first),
+           (last, last), (last + 1, last + 100), (-50, first), (last - 1, last + 10**7)]
+    for width in ROLLUP_WIDTHS[1:]:
+        if width > last:
+            break
+        edge = int(rng.integers(first // width, last // width + 1)) * width
+        out += [(edge, edge + width - 1), (edge - 1, edge + width), (edge + 1, edge + 2 * width - 2)]
+    for _ in range(3):
+        a, b = sorted(rng.integers(first, last + 1, 2).tolist())
+        out.append((a, b))
+    return out
+
+
+# (number of points, largest step): dense and sparse series whose spans cross each width.
+SERIES = [(1, 0), (31, 30), (33, 32), (257, 300), (2_049, 2_048), (5_000, 20_000), (16_500, 16_500),
+          (60_000, 140_000), (40_000, 2_500_000), (200_000, 200_000)]
+
+
+@pytest.mark.parametrize("n_points, max_step", SERIES)
+def test_downsampled_reads_equal_brute_force_at_every_level_and_edge(n_points, max_step):
+    rng = np.random.default_rng(n_points * 7 + max_step)
+    job = JobFactory()
+    steps = np.sort(rng.choice(max_step + 1, size=n_points, replace=False)).astype(np.int64)
+    values = rng.normal(0, 1, n_points).round(6)
+    values[rng.integers(0, n_points)] = 1e9  # a spike survives at every level
+    series = ingest(job, "loss", steps, values, rng)
+    first, last = int(steps[0]), int(steps[-1])
+    assert (series.first_step, series.last_step) == (first, last)
+
+    levels_seen = set()
+    for start, end in windows_for(first, last, rng):
+        lo = first if start is None else max(start, first)
+        hi = last if end is None else min(end, last)
+        span = hi - lo + 1
+        # Bucket counts that land on every level this window allows, plus a few fixed ones.
+        counts = {1, 7, 1000, MAX_BUCKETS} | {max(1, span // w) for w in ROLLUP_WIDTHS if w <= span}
+        for asked in sorted(counts):
+            got = downsample(series, asked, start, end)
+            n_buckets = min(asked, MAX_BUCKETS)  # larger asks are capped
+            if hi < lo:
+                assert got["buckets"] == []
+                continue
+            levels_seen.add(got["level"])
+            width, stored = got["bucket_steps"], ROLLUP_WIDTHS[got["level"]]
+            assert width % stored == 0
+            # The stored level is the coarsest whose width fits the asked resolution ...
+            assert stored <= max(1, span / n_buckets)
+            if got["level"] + 1 < len(ROLLUP_WIDTHS):
+                assert ROLLUP_WIDTHS[got["level"] + 1] > span / n_buckets
+            # ... and the output width the smallest multiple of it giving at most n buckets.
+            assert hi // width - lo // width + 1 <= n_buckets
+            if width > stored:
+                assert hi // (width - stored) - lo // (width - stored) + 1 > n_buckets
+            expected = brute_force(steps, values, lo // width * width, (hi // width + 1) * width - 1, width)
+            assert got["buckets"] == expected, (start, end, asked, got["level"])
+    reachable = {level for level, w in enumerate(ROLLUP_WIDTHS) if w <= max(1, last - first + 1)}
+    assert levels_seen == reachable
+
+
+def test_a_read_touches_fewer_than_32_stored_rows_per_bucket():
+    """The level choice bounds the rows PostgreSQL aggregates for any window."""
+    rng = np.random.default_rng(3)
+    job = JobFactory()
+    n = 300_000
+    steps = np.arange(n, dtype=np.int64)
+    series = ingest(job, "x", steps, rng.normal(size=n), rng)
+    from django.db import connection
+
+    for start, end, n_buckets in [(None, None, 1000), (0, 31_999, 1000), (100_000, 130_999, 1000), (5, 260_000, 100),
+                                  (17, 18, 1000), (0, 299_999, MAX_BUCKETS)]:
+        got = downsample(series, n_buckets, start, end)
+        stored = ROLLUP_WIDTHS[got["level"]]
+        lo, hi = got["buckets"][0][0], got["buckets"][-1][1]
+        with connection.cursor() as cursor:
+            if got["level"] == 0:
+                cursor.execute("SELECT count(*) FROM traces_tracepoint WHERE series_id = %s AND step BETWEEN %s AND %s",
+                               [series.pk, lo, hi])
+            else:
+                cursor.execute("SELECT count(*) FROM traces_tracerollup WHERE series_id = %s AND level = %s "
+                               "AND bucket BETWEEN %s AND %s", [series.pk, got["level"], lo // stored, hi // stored])
+            rows = cursor.fetchone()[0]
+        assert rows < 32 * max(n_buckets, 1) and rows <= 32 * len(got["buckets"]), (start, end, rows)
+
+
+def test_a_downsampled_read_is_one_query_and_the_endpoint_adds_only_access(client):
+    """The read itself is one SQL statement at every level; the endpoint around it costs
+    the session, the user, the job, the role check (made twice today) and the series row.
+    Lean API reads (one access check joined with the series) belong to the API module."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.web.factories import MembershipFactory
+
+    job = JobFactory()
+    sink = TraceSink(job.pk)
+    sink.add_many("loss", list(range(5000)), [float(s % 17) for s in range(5000)], [0.0] * 5000)
+    sink.close()
+    series = TraceSeries.objects.get(job=job, key="loss")
+    for n_buckets in (1, 10, 1000, 5000):
+        with CaptureQueriesContext(connection) as captured:
+            got = downsample(series, n_buckets)
+        assert len(captured) == 1, (n_buckets, got["level"])
+    client.force_login(MembershipFactory(team=job.team).user)
+    client.get(f"/api/jobs/{job.pk}/series/downsampled?key=loss")  # session warm
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(f"/api/jobs/{job.pk}/series/downsampled?key=loss&buckets=100&start=10&end=4000")
+    assert response.status_code == 200
+    # 3,991 steps into 100 buckets: level 1 (32 steps), two of its buckets per output one.
+    assert response.json()["bucket_steps"] == 64 and response.json()["buckets"][0][:2] == [0, 63]
+    assert len(captured) <= 7, [q["sql"][:80] for q in captured]
