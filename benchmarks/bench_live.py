@@ -59,6 +59,7 @@ async def follow(host: str, cookie: str, job_id: int, rate: float, seconds: floa
                 if msg["type"] == "points":
                     now = time.time()
                     latencies.extend(now - p[2] for p in msg["points"])
+                    await ws.send(json.dumps({"type": "ack", "seq": msg["seq"]}))  # as the page does
         finally:
             await asyncio.wait_for(producer.wait(), 60)
     return [x * 1000 for x in latencies]

@@ -174,6 +174,11 @@ JOB_RESEND_SECONDS = env.float("JOB_RESEND_SECONDS", default=60.0)
 # A job is asked to stop at its limit and killed with its worker GRACE seconds later.
 JOB_TIME_LIMIT_MAX_S = env.float("JOB_TIME_LIMIT_MAX_S", default=None)
 JOB_TIME_LIMIT_GRACE_S = env.float("JOB_TIME_LIMIT_GRACE_S", default=60.0)
+# The live channel (opdweb/jobs/consumers.py): points a client may have unacknowledged,
+# how long it may stay behind before it is closed, how often its access is checked again.
+LIVE_WINDOW_POINTS = env.int("LIVE_WINDOW_POINTS", default=20_000)
+LIVE_BEHIND_SECONDS = env.float("LIVE_BEHIND_SECONDS", default=30.0)
+LIVE_ACCESS_RECHECK_SECONDS = env.float("LIVE_ACCESS_RECHECK_SECONDS", default=5.0)
 # A worker counts as alive on the status page if seen within this many seconds.
 WORKER_SEEN_SECONDS = env.float("WORKER_SEEN_SECONDS", default=60.0)
 

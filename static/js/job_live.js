@@ -97,13 +97,18 @@
     };
     socket.onmessage = (event) => {
       const msg = JSON.parse(event.data);
-      if (msg.type === "points") queuePoints(msg.points);
+      if (msg.type === "points") {
+        queuePoints(msg.points);
+        socket.send(JSON.stringify({ type: "ack", seq: msg.seq }));
+      }
       else if (msg.type === "state") setState(msg.job);
       else if (msg.type === "replayed") root.dataset.replayed = "1";
       else if (msg.type === "error") status.textContent = msg.message;
     };
     socket.onclose = (event) => {
-      if (event.code >= 4400) return;  // refused: do not hammer the server
+      // Refused (not logged in, no access, access ended): do not hammer the server.  A client
+      // closed for falling behind (4408) reconnects and resumes from the database.
+      if (event.code >= 4400 && event.code !== 4408) return;
       status.textContent = "reconnecting…";
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, 10000);

@@ -137,15 +137,29 @@ def start_worker(service_env, tmp_path):
 
 
 @pytest.fixture
-def asgi_server(service_env, tmp_path):
-    """A real daphne serving the app on a free loopback port; yields its base URL."""
-    port = free_port()
-    proc = Process("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "opdweb.asgi:application"],
-                   service_env, tmp_path)
-    wait_for(lambda: reachable("127.0.0.1", port), 60, "daphne to listen", process=proc)
-    yield f"127.0.0.1:{port}"
-    proc.stop()
+def start_asgi_server(service_env, tmp_path):
+    """Start a real daphne serving the app on a free loopback port (extra environment
+    variables as keywords); returns its ``host:port``."""
+    started: list[Process] = []
+
+    def start(**extra_env: str) -> str:
+        port = free_port()
+        proc = Process(f"daphne-{len(started)}", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                                                  "opdweb.asgi:application"], {**service_env, **extra_env}, tmp_path)
+        started.append(proc)
+        wait_for(lambda: reachable("127.0.0.1", port), 60, "daphne to listen", process=proc)
+        return f"127.0.0.1:{port}"
+
+    yield start
+    for proc in started:
+        proc.stop()
     wait_for_children_to_disconnect()
+
+
+@pytest.fixture
+def asgi_server(start_asgi_server):
+    """A real daphne serving the app on a free loopback port; yields its base URL."""
+    return start_asgi_server()
 
 
 @pytest.fixture
