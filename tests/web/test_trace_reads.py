@@ -132,8 +132,8 @@ def test_a_read_touches_fewer_than_32_stored_rows_per_bucket():
 
 def test_a_downsampled_read_is_one_query_and_the_endpoint_adds_only_access(client):
     """The read itself is one SQL statement at every level; the endpoint around it costs
-    the session, the user, the job, the role check (made twice today) and the series row.
-    Lean API reads (one access check joined with the series) belong to the API module."""
+    the session, the user, the job with the user's role in its team (one query) and the
+    series row: five in all."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -155,4 +155,4 @@ def test_a_downsampled_read_is_one_query_and_the_endpoint_adds_only_access(clien
     assert response.status_code == 200
     # 3,991 steps into 100 buckets: level 1 (32 steps), two of its buckets per output one.
     assert response.json()["bucket_steps"] == 64 and response.json()["buckets"][0][:2] == [0, 63]
-    assert len(captured) <= 7, [q["sql"][:80] for q in captured]
+    assert len(captured) == 5, [q["sql"][:80] for q in captured]
