@@ -36,6 +36,13 @@ def _resolve(value: str, roots: list[Path], what: str) -> Path:
     """The real path ``value`` names, absolute or relative to a root, inside a root."""
     if "\x00" in value:
         raise OutsideSandbox("is not a valid path (it contains a NUL character)")
+    try:
+        return _resolve_path(value, roots, what)
+    except (OSError, RuntimeError) as exc:  # a name too long, an unknown ~user, a loop of links
+        raise OutsideSandbox(f"is not a usable path ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def _resolve_path(value: str, roots: list[Path], what: str) -> Path:
     real_roots = [r.resolve() for r in roots]
     given = Path(value).expanduser()
     candidates = [given] if given.is_absolute() else [root / given for root in real_roots]

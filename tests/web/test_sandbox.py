@@ -65,6 +65,8 @@ def test_a_model_under_a_root_is_accepted_and_stored_resolved(roots, submit):
     ("/etc", "is outside the model roots"),
     ("nothing-here", "does not exist under the model roots"),
     ("Qwen/Qwen2.5-0.5B", "looks like a hub id"),
+    ("0" * 900, "is not a usable path (File name too long)"),
+    ("~nobody-here/model", "is not a usable path"),
 ])
 def test_a_model_outside_the_roots_is_refused(roots, submit, model, message):
     errors = refusal(submit(model=model.format(**roots)))
