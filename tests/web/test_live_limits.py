@@ -103,22 +103,27 @@ def test_a_client_that_stays_behind_is_closed_with_4408(member, start_asgi_serve
     assert asyncio.run(scenario()) == (4408, 4408)
 
 
-def test_revoking_the_membership_closes_an_open_websocket(member, start_asgi_server, client, transactional_db):
-    user, team = member
-    job = JobFactory(team=team)
-    server = start_asgi_server(**LIMITS)
-
-    cookie = session_cookie(client, user)
-
+def closed_after(server, job, cookie, action) -> tuple[dict, int]:
+    """Open a live socket, do ``action`` elsewhere, return the error message and close code."""
     async def scenario():
         ws = await open_socket(server, job, cookie)
-        await in_thread(lambda: Membership.objects.filter(user=user, team=team).delete())
+        await in_thread(action)
         msg = await receive(ws)
         await asyncio.wait_for(ws.wait_closed(), 10)
         return msg, ws.close_code
 
-    msg, code = asyncio.run(scenario())
-    assert msg == {"type": "error", "code": 4403, "message": "your access to this job ended"} and code == 4403
+    return asyncio.run(scenario())
+
+
+ENDED = ({"type": "error", "code": 4403, "message": "your access to this job ended"}, 4403)
+
+
+def test_revoking_the_membership_closes_an_open_websocket(member, start_asgi_server, client, transactional_db):
+    user, team = member
+    job = JobFactory(team=team)
+    server = start_asgi_server(**LIMITS)
+    cookie = session_cookie(client, user)
+    assert closed_after(server, job, cookie, lambda: Membership.objects.filter(user=user, team=team).delete()) == ENDED
 
 
 def test_logging_out_closes_an_open_websocket(member, start_asgi_server, client, transactional_db):
@@ -126,12 +131,4 @@ def test_logging_out_closes_an_open_websocket(member, start_asgi_server, client,
     job = JobFactory(team=team)
     server = start_asgi_server(**LIMITS)
     cookie = session_cookie(client, user)
-
-    async def scenario():
-        ws = await open_socket(server, job, cookie)
-        await in_thread(client.logout)
-        msg = await receive(ws)
-        await asyncio.wait_for(ws.wait_closed(), 10)
-        return msg["code"], ws.close_code
-
-    assert asyncio.run(scenario()) == (4403, 4403)
+    assert closed_after(server, job, cookie, client.logout) == ENDED
