@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from opdweb.embedded_servers import ensure_services, reachable
@@ -114,6 +115,9 @@ def run(args) -> int:
         supervisor.start()
         for child in supervisor.children:
             print(f"opdweb: started {child.name} (pid {child.pid})", flush=True)
+        while not reachable(host, port):  # "up" only once the web server answers
+            supervisor.check()
+            time.sleep(0.2)
         print(f"\nopdweb is up: http://{host}:{port}/   (Ctrl-C stops everything)\n", flush=True)
         supervisor.run_forever()
     except KeyboardInterrupt:
