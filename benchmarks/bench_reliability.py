@@ -183,7 +183,7 @@ def scenario_worker_kill(stack: Stack, team, user, steps: int, sleep_s: float) -
 
 # ---------------------------------------------------------------- 2. Redis kill -9 + restart (child process)
 
-def scenario_redis_child(redis_dir: Path, log_dir: Path, jobs: int) -> dict:
+def scenario_redis_child(redis_dir: Path, log_dir: Path, jobs: int, settle: float) -> dict:
     """Runs in a child process whose Django uses the embedded Redis started here."""
     import redis
 
@@ -205,7 +205,7 @@ def scenario_redis_child(redis_dir: Path, log_dir: Path, jobs: int) -> dict:
         submitted = [do_submit_job(team=team, user=user, kind_name="selftest", config={"steps": 20}).pk
                      for _ in range(jobs)]
         waiting_before = len(waiting_attempts(["cpu"]))
-        time.sleep(1.5)  # appendfsync everysec: what a second-old submit may rely on
+        time.sleep(settle)  # 0: killed right after the last submit answered
         pid = int(redis.Redis.from_url(url).info("server")["process_id"])
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
@@ -227,15 +227,17 @@ def scenario_redis_child(redis_dir: Path, log_dir: Path, jobs: int) -> dict:
         stop()
         return {"jobs": len(submitted), "waiting_before": waiting_before, "waiting_after_restart": waiting_after,
                 "same_url": url_again == url, "restarted_after_s": restarted_after, "resent": len(resent),
-                "lost": lost, "all_done_after_s": all_done_after, "resend_seconds": settings.JOB_RESEND_SECONDS}
+                "lost": lost, "all_done_after_s": all_done_after, "resend_seconds": settings.JOB_RESEND_SECONDS,
+                "settle_s": settle}
     finally:
         stack.stop()
 
 
-def scenario_redis(tmp: Path, jobs: int) -> dict:
+def scenario_redis(tmp: Path, jobs: int, settle: float) -> dict:
     from harness import child_env
 
-    out = subprocess.run([sys.executable, __file__, "--redis-child", str(tmp / "redis-kill"), "--jobs", str(jobs)],
+    out = subprocess.run([sys.executable, __file__, "--redis-child", str(tmp / "redis-kill"), "--jobs", str(jobs),
+                          "--redis-settle", str(settle)],
                          env=child_env(), cwd=ROOT, capture_output=True, text=True, timeout=240)
     result = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if out.returncode != 0 or not result:
@@ -308,6 +310,13 @@ def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, client
                                max_attempts=kind.max_attempts) for i in range(jobs)]
     peak = [rss_before]
 
+    def enqueue_all():  # in a thread (it reads the job's kind): not from the event loop
+        from django.db import connection
+
+        for job in made:
+            enqueue(job.pk, job.attempts)
+        connection.close()
+
     async def run():
         replayed = asyncio.Event()
         counter = [0, jobs * clients]
@@ -322,8 +331,7 @@ def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, client
         sampler = asyncio.create_task(sample())
         await asyncio.wait_for(replayed.wait(), 120)  # every client connected and resumed: now the jobs start
         started = time.monotonic()
-        for job in made:
-            enqueue(job.pk, job.attempts)
+        await asyncio.to_thread(enqueue_all)
         results = await asyncio.gather(*tasks)
         elapsed = time.monotonic() - started
         sampler.cancel()
@@ -395,7 +403,7 @@ def table(r: dict) -> str:
         rows.append(f"| Redis kill -9 + restart | **{x['lost']} of {x['jobs']} jobs lost**; all done {x['all_done_after_s']:.1f} s "
                     f"after the kill ({x['waiting_after_restart']} of {x['waiting_before']} messages back from the "
                     f"append-only file, {x['resent']} sent again, same port: {'yes' if x['same_url'] else 'no'}) | "
-                    f"{x['jobs']} queued `selftest` jobs, no worker; SIGKILL, `start_embedded_redis` on the same data, "
+                    f"{x['jobs']} queued `selftest` jobs, no worker; SIGKILL {x['settle_s']:g} s after the last submit answered, `start_embedded_redis` on the same data, "
                     f"a worker, `do_resend_lost_messages` (`JOB_RESEND_SECONDS={x['resend_seconds']:g}`) |")
     if "ws" in r:
         w = r["ws"]
@@ -426,6 +434,7 @@ def main() -> int:
     parser.add_argument("--only", default="kill,redis,ws,tests", help="scenarios to run, comma separated")
     parser.add_argument("--kill-steps", type=int, default=400)
     parser.add_argument("--redis-jobs", type=int, default=20)
+    parser.add_argument("--redis-settle", type=float, default=0.0, help="seconds between the last submit and the kill")
     parser.add_argument("--ws-jobs", type=int, default=5)
     parser.add_argument("--ws-clients-per-job", type=int, default=10)
     parser.add_argument("--ws-steps", type=int, default=300)
@@ -435,7 +444,7 @@ def main() -> int:
     args = parser.parse_args()
 
     if args.redis_child:
-        result = scenario_redis_child(Path(args.redis_child), Path(args.redis_child), args.jobs)
+        result = scenario_redis_child(Path(args.redis_child), Path(args.redis_child), args.jobs, args.redis_settle)
         print("RESULT " + json.dumps(result), flush=True)
         return 0
 
@@ -458,7 +467,7 @@ def main() -> int:
                     results["kill"] = scenario_worker_kill(stack, team, user, args.kill_steps, 0.02)
                     print("worker kill:", results["kill"], flush=True)
                 if "redis" in only:
-                    results["redis"] = scenario_redis(tmp, args.redis_jobs)
+                    results["redis"] = scenario_redis(tmp, args.redis_jobs, args.redis_settle)
                     print("redis:", results["redis"], flush=True)
                 if "ws" in only:
                     results["ws"] = scenario_websockets(stack, team, user, cookie, args.ws_jobs, args.ws_clients_per_job,
