@@ -23,10 +23,12 @@ never touches the queues of a running instance; every process it starts is stopp
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -153,6 +155,7 @@ def point_errors(job_id: int, steps: int) -> tuple[int, int]:
 def scenario_worker_kill(stack: Stack, team, user, steps: int, sleep_s: float) -> dict:
     from opdweb.jobs.actions import do_reap_stale_jobs, do_submit_job
     from opdweb.jobs.models import Job, JobState
+    from opdweb.health.models import WorkerPresence
     from opdweb.traces.models import TraceSeries
 
     first = stack.worker("kill-first")
@@ -166,10 +169,12 @@ def scenario_worker_kill(stack: Stack, team, user, steps: int, sleep_s: float) -
     first.kill(signal.SIGKILL)
     killed = time.monotonic()
     second = stack.worker("kill-second", wait=False)
-    reaped_after = None
+    reaped_after = worker_up_after = None
     while time.monotonic() - killed < 120:
         if reaped_after is None and do_reap_stale_jobs():
             reaped_after = time.monotonic() - killed
+        if worker_up_after is None and WorkerPresence.objects.filter(name="kill-second@bench", pid=second.pid).exists():
+            worker_up_after = time.monotonic() - killed
         job.refresh_from_db()
         if job.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
             break
@@ -178,7 +183,7 @@ def scenario_worker_kill(stack: Stack, team, user, steps: int, sleep_s: float) -
     lost, duplicated = point_errors(job.pk, steps)
     second.stop()
     return {"steps": steps, "sleep_s": sleep_s, "state": job.state, "attempts": Job.objects.get(pk=job.pk).attempts,
-            "reaped_after_s": reaped_after, "outcome_after_s": outcome_after, "lost": lost, "duplicated": duplicated}
+            "reaped_after_s": reaped_after, "worker_up_after_s": worker_up_after, "outcome_after_s": outcome_after, "lost": lost, "duplicated": duplicated}
 
 
 # ---------------------------------------------------------------- 2. Redis kill -9 + restart (child process)
@@ -376,7 +381,7 @@ def scenario_tests(fuzz_examples: int) -> dict:
     out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     text = out.stdout + out.stderr
     fuzz = re.search(r"schemathesis: (\S+) cases generated, (\d+) requests answered; by status class (\{.*\})", text)
-    classes = eval(fuzz.group(3), {}) if fuzz else {}  # a dict literal printed by the test
+    classes = ast.literal_eval(fuzz.group(3)) if fuzz else {}  # a dict printed by the test
     matrix = re.findall(r"authorization matrix \((.*?)\): (\d+) cells, (\d+) wrong", text)
     summary = re.search(r"(\d+ (passed|failed).*) in [\d.]+s", text)
     return {"fuzz_examples": fuzz_examples, "fuzz_cases": fuzz.group(1) if fuzz else None,
@@ -390,14 +395,17 @@ def scenario_tests(fuzz_examples: int) -> dict:
 # ---------------------------------------------------------------- the table
 
 def table(r: dict) -> str:
-    rows = ["| scenario | result | setup |", "|---|---|---|"]
+    rows = ["| check | rule or result | how |", "|---|---|---|"]
     if "kill" in r:
         k = r["kill"]
         reaped = f"{k['reaped_after_s']:.1f} s" if k["reaped_after_s"] is not None else "never"
-        rows.append(f"| worker kill -9 mid-job | **{k['state']}** (attempt {k['attempts']}) {k['outcome_after_s']:.1f} s after "
-                    f"the kill (reaped, requeued after {reaped}); **{k['lost']} points lost, {k['duplicated']} duplicated** "
-                    f"of {2 * k['steps']:,} | `selftest` {k['steps']} steps × {k['sleep_s']} s, SIGKILL at step "
-                    f"{k['steps'] // 2}, a fresh worker, `JOB_STALE_SECONDS=2` |")
+        up = f"{k['worker_up_after_s']:.1f} s" if k["worker_up_after_s"] is not None else "?"
+        rows.append(f"| worker kill -9 mid-job | **{k['state']}** (attempt {k['attempts']}) **{k['outcome_after_s']:.1f} s after "
+                    f"the kill** (reaped and requeued after {reaped}, the fresh worker up after {up}); **{k['lost']} points "
+                    f"lost, {k['duplicated']} duplicated** of {2 * k['steps']:,} | `selftest` {k['steps']} steps × "
+                    f"{k['sleep_s']} s, the worker SIGKILLed at step {k['steps'] // 2}, a fresh worker started, "
+                    f"`JOB_STALE_SECONDS=2`; the second attempt runs again from step 0 and the stored steps are not "
+                    f"written twice |")
     if "redis" in r:
         x = r["redis"]
         rows.append(f"| Redis kill -9 + restart | **{x['lost']} of {x['jobs']} jobs lost**; all done {x['all_done_after_s']:.1f} s "
@@ -417,14 +425,18 @@ def table(r: dict) -> str:
     if "tests" in r:
         t = r["tests"]
         classes = ", ".join(f"{v:,} × {k}" for k, v in sorted(t["fuzz_classes"].items()))
-        rows.append(f"| schemathesis | **{t['fuzz_cases']} cases, {t['fuzz_requests']:,} requests: {t['fuzz_5xx']} × 5xx** "
-                    f"({classes}) | `tests/web/test_openapi_fuzz.py`, {t['fuzz_examples']} examples per operation and phase |"
+        rows.append(f"| schemathesis against `/api/openapi.json` (every operation; examples, coverage, fuzzing and stateful "
+                    f"phases; a member's session; seed fixed, {t['fuzz_examples']} examples per operation and phase) | "
+                    f"**{int(t['fuzz_cases']):,} cases, {t['fuzz_requests']:,} requests: {t['fuzz_5xx']} × 5xx, "
+                    f"{'0 schema or status violations' if t['returncode'] == 0 else 'FAILED (see the test)'}** ({classes}) | "
+                    f"`tests/web/test_openapi_fuzz.py` (part of `make test`; `OPENAPI_FUZZ_EXAMPLES=N` for a longer run) |"
                     if t["fuzz_requests"] is not None else "| schemathesis | did not report | |")
         cells = sum(c for c, _ in t["matrix"].values())
         wrong = sum(w for _, w in t["matrix"].values())
         parts = ", ".join(f"{c} {part}" for part, (c, _) in t["matrix"].items())
-        rows.append(f"| authorization matrix | **{cells} cells, {wrong} wrong** ({parts}) | "
-                    f"`tests/web/test_authorization_matrix.py`: 2 teams × 4 roles, teamless, anonymous |")
+        rows.append(f"| authorization matrix: 2 teams × 4 roles, a teamless user and anonymous, on both teams' jobs; every "
+                    f"API endpoint, page and the websocket; expected answers from the rule | **{cells} cells, {wrong} wrong** "
+                    f"({parts}) | `tests/web/test_authorization_matrix.py` |")
     return "\n".join(rows)
 
 
@@ -439,6 +451,7 @@ def main() -> int:
     parser.add_argument("--ws-clients-per-job", type=int, default=10)
     parser.add_argument("--ws-steps", type=int, default=300)
     parser.add_argument("--fuzz-examples", type=int, default=25)
+    parser.add_argument("--keep-logs", action="store_true", help="keep the started processes' logs (printed on failure)")
     parser.add_argument("--redis-child", help=argparse.SUPPRESS)
     parser.add_argument("--jobs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -478,10 +491,17 @@ def main() -> int:
         if "tests" in only:
             results["tests"] = scenario_tests(args.fuzz_examples)
             print("tests:", results["tests"], flush=True)
+    except BaseException:
+        print(f"(processes' logs in {tmp})", file=sys.stderr)
+        raise
     finally:
         stop_redis()
     print(f"\n{table(results)}\n")
-    print(f"({time.monotonic() - started:.0f} s; load average at the end: {load()}; logs in {tmp})")
+    print(f"({time.monotonic() - started:.0f} s; load average at the end: {load()})")
+    if args.keep_logs:
+        print(f"(processes' logs in {tmp})")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
