@@ -321,6 +321,7 @@ def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, client
     from workers.science.selftest import SELFTEST_KEYS, selftest_value
     from harness import percentile
 
+    load_at_start = os.getloadavg()[0]
     server, host = stack.daphne()
     workers = [stack.worker(f"ws-{i}", wait=False) for i in range(jobs)]
     for worker in workers:
@@ -377,13 +378,13 @@ def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, client
     time.sleep(3)
     rss_after = rss_mb(server.pid)
     ms = [x * 1000 for x in latencies]
-    return {"jobs": jobs, "clients": jobs * clients, "steps": steps, "keys": 2, "states": states,
+    return {"jobs": jobs, "clients": jobs * clients, "steps": steps, "sleep_s": sleep_s, "keys": 2, "states": states,
             "delivered": sum(len(r[0]) for r in results), "missing": missing, "duplicated": duplicated, "errors": errors,
             "stored_lost": sum(s[0] for s in stored), "stored_duplicated": sum(s[1] for s in stored),
             "live_points": len(ms), "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95),
             "max_ms": max(ms) if ms else float("nan"), "seconds": elapsed,
             "rss_before_mb": rss_before, "rss_peak_mb": peak[0], "rss_after_mb": rss_after,
-            "all_succeeded": states == [JobState.SUCCEEDED]}
+            "all_succeeded": states == [JobState.SUCCEEDED], "load_at_start": load_at_start}
 
 
 # ---------------------------------------------------------------- 4. + 5. the two test modules
@@ -438,7 +439,8 @@ def table(r: dict) -> str:
                     f"live latency p50 {w['p50_ms']:.0f} ms, **p95 {w['p95_ms']:.0f} ms**, max {w['max_ms']:.0f} ms; "
                     f"daphne RSS **{w['rss_before_mb']:.0f} MB before, {w['rss_peak_mb']:.0f} MB at peak, "
                     f"{w['rss_after_mb']:.0f} MB after** | {w['clients'] // w['jobs']} clients per job, each resumes and "
-                    f"acks every message; `selftest` {w['steps']} steps × 2 keys, one solo worker per job |")
+                    f"acks every message; `selftest` {w['steps']} steps × 2 keys × {w['sleep_s']} s, one solo worker per job; "
+                    f"load average {w['load_at_start']:.1f} when it started |")
     if "tests" in r:
         t = r["tests"]
         classes = ", ".join(f"{v:,} × {k}" for k, v in sorted(t["fuzz_classes"].items()))
