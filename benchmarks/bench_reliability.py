@@ -117,8 +117,9 @@ class Stack:
         self.children: list[Child] = []
 
     def worker(self, name: str, wait: bool = True) -> Child:
-        command = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "-Q", "gpu,cpu", "--pool", "solo",
-                   "-n", f"{name}@bench", "--loglevel", "WARNING", "--without-mingle", "--without-gossip"]
+        command = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "-Q", "gpu,cpu",
+                   "--pool", "solo", "-n", f"{name}@bench", "--loglevel", "WARNING", "--without-mingle",
+                   "--without-gossip"]
         child = Child(f"worker-{name}", command, self.env, self.log_dir)
         self.children.append(child)
         if wait:
@@ -129,7 +130,8 @@ class Stack:
         from opdweb.health.models import WorkerPresence
 
         name = child.name.removeprefix("worker-") + "@bench"
-        wait_for(lambda: WorkerPresence.objects.filter(name=name, pid=child.pid).exists(), 120, f"{name} to report in", 0.2)
+        wait_for(lambda: WorkerPresence.objects.filter(name=name, pid=child.pid).exists(), 120,
+                 f"{name} to report in", 0.2)
 
     def daphne(self) -> tuple[Child, str]:
         port = free_port()
@@ -200,7 +202,8 @@ def scenario_worker_kill(stack: Stack, team, user, steps: int, sleep_s: float) -
     lost, duplicated = point_errors(job.pk, steps)
     second.stop()
     return {"steps": steps, "sleep_s": sleep_s, "state": job.state, "attempts": Job.objects.get(pk=job.pk).attempts,
-            "reaped_after_s": reaped_after, "worker_up_after_s": worker_up_after, "outcome_after_s": outcome_after, "lost": lost, "duplicated": duplicated}
+            "reaped_after_s": reaped_after, "worker_up_after_s": worker_up_after, "outcome_after_s": outcome_after,
+            "lost": lost, "duplicated": duplicated}
 
 
 # ---------------------------------------------------------------- 2. Redis kill -9 + restart (child process)
@@ -285,8 +288,8 @@ async def follow(host: str, cookie: str, job_id: int, steps: int, replayed: asyn
     live = False
     ended_at = None
     expected = 2 * steps
-    async with connect(f"ws://{host}/ws/jobs/{job_id}/", additional_headers={"Cookie": cookie, "Origin": "http://127.0.0.1"},
-                       max_size=None, open_timeout=60) as ws:
+    url, headers = f"ws://{host}/ws/jobs/{job_id}/", {"Cookie": cookie, "Origin": "http://127.0.0.1"}
+    async with connect(url, additional_headers=headers, max_size=None, open_timeout=60) as ws:
         await ws.send(json.dumps({"type": "resume", "after": {}}))
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -315,7 +318,8 @@ async def follow(host: str, cookie: str, job_id: int, steps: int, replayed: asyn
     return received, latencies
 
 
-def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, clients: int, steps: int, sleep_s: float) -> dict:
+def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, clients: int, steps: int,
+                        sleep_s: float) -> dict:
     from opdweb.jobs.actions import check_job_config, enqueue
     from opdweb.jobs.models import Job, JobState
     from workers.science.selftest import SELFTEST_KEYS, selftest_value
@@ -379,7 +383,8 @@ def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, client
     rss_after = rss_mb(server.pid)
     ms = [x * 1000 for x in latencies]
     return {"jobs": jobs, "clients": jobs * clients, "steps": steps, "sleep_s": sleep_s, "keys": 2, "states": states,
-            "delivered": sum(len(r[0]) for r in results), "missing": missing, "duplicated": duplicated, "errors": errors,
+            "delivered": sum(len(r[0]) for r in results), "missing": missing, "duplicated": duplicated,
+            "errors": errors,
             "stored_lost": sum(s[0] for s in stored), "stored_duplicated": sum(s[1] for s in stored),
             "live_points": len(ms), "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95),
             "max_ms": max(ms) if ms else float("nan"), "seconds": elapsed,
@@ -393,8 +398,8 @@ def scenario_tests(fuzz_examples: int) -> dict:
     env = {**os.environ, "OPENAPI_FUZZ_EXAMPLES": str(fuzz_examples), "PYTHONUNBUFFERED": "1"}
     for key in FAST:
         env.pop(key, None)
-    command = [sys.executable, "-m", "pytest", "tests/web/test_openapi_fuzz.py", "tests/web/test_authorization_matrix.py",
-               "-s", "-q", "-p", "no:cacheprovider", "-p", "no:logging"]
+    command = [sys.executable, "-m", "pytest", "tests/web/test_openapi_fuzz.py",
+               "tests/web/test_authorization_matrix.py", "-s", "-q", "-p", "no:cacheprovider", "-p", "no:logging"]
     started = time.monotonic()
     out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     text = out.stdout + out.stderr
@@ -418,44 +423,53 @@ def table(r: dict) -> str:
         k = r["kill"]
         reaped = f"{k['reaped_after_s']:.1f} s" if k["reaped_after_s"] is not None else "never"
         up = f"{k['worker_up_after_s']:.1f} s" if k["worker_up_after_s"] is not None else "?"
-        rows.append(f"| worker kill -9 mid-job | **{k['state']}** (attempt {k['attempts']}) **{k['outcome_after_s']:.1f} s after "
-                    f"the kill** (reaped and requeued after {reaped}, the fresh worker up after {up}); **{k['lost']} points "
-                    f"lost, {k['duplicated']} duplicated** of {2 * k['steps']:,} | `selftest` {k['steps']} steps × "
-                    f"{k['sleep_s']} s, the worker SIGKILLed at step {k['steps'] // 2}, a fresh worker started, "
-                    f"`JOB_STALE_SECONDS=2`; the second attempt runs again from step 0 and the stored steps are not "
-                    f"written twice |")
+        rows.append(
+            f"| worker kill -9 mid-job | **{k['state']}** (attempt {k['attempts']}) "
+            f"**{k['outcome_after_s']:.1f} s after the kill** (reaped and requeued after {reaped}, the fresh worker "
+            f"up after {up}); **{k['lost']} points lost, {k['duplicated']} duplicated** of {2 * k['steps']:,} "
+            f"| `selftest` {k['steps']} steps × {k['sleep_s']} s, the worker SIGKILLed at step {k['steps'] // 2}, "
+            f"a fresh worker started, `JOB_STALE_SECONDS=2`; the second attempt runs again from step 0 and the "
+            f"stored steps are not written twice |")
     if "redis" in r:
         x = r["redis"]
-        rows.append(f"| Redis kill -9 + restart | **{x['lost']} of {x['jobs']} jobs lost**; all done {x['all_done_after_s']:.1f} s "
-                    f"after the kill ({x['waiting_after_restart']} of {x['waiting_before']} messages back from the "
-                    f"append-only file, {x['resent']} sent again, same port: {'yes' if x['same_url'] else 'no'}) | "
-                    f"{x['jobs']} queued `selftest` jobs, no worker; SIGKILL {x['settle_s']:g} s after the last submit answered, `start_embedded_redis` on the same data, "
-                    f"a worker, `do_resend_lost_messages` (`JOB_RESEND_SECONDS={x['resend_seconds']:g}`) |")
+        rows.append(
+            f"| Redis kill -9 + restart | **{x['lost']} of {x['jobs']} jobs lost**; all done "
+            f"{x['all_done_after_s']:.1f} s after the kill ({x['waiting_after_restart']} of {x['waiting_before']} "
+            f"messages back from the append-only file, {x['resent']} sent again, same port: "
+            f"{'yes' if x['same_url'] else 'no'}) | {x['jobs']} queued `selftest` jobs, no worker; SIGKILL "
+            f"{x['settle_s']:g} s after the last submit answered, `start_embedded_redis` on the same data, a "
+            f"worker, `do_resend_lost_messages` (`JOB_RESEND_SECONDS={x['resend_seconds']:g}`) |")
     if "ws" in r:
         w = r["ws"]
-        rows.append(f"| {w['clients']} websocket clients + {w['jobs']} logging jobs | **{w['missing']} points missing, "
-                    f"{w['duplicated']} duplicated** over {w['delivered']:,} delivered ({w['errors']} errors; jobs "
-                    f"{'/'.join(w['states'])}; stored: {w['stored_lost']} lost, {w['stored_duplicated']} duplicated); "
-                    f"live latency p50 {w['p50_ms']:.0f} ms, **p95 {w['p95_ms']:.0f} ms**, max {w['max_ms']:.0f} ms; "
-                    f"daphne RSS **{w['rss_before_mb']:.0f} MB before, {w['rss_peak_mb']:.0f} MB at peak, "
-                    f"{w['rss_after_mb']:.0f} MB after** | {w['clients'] // w['jobs']} clients per job, each resumes and "
-                    f"acks every message; `selftest` {w['steps']} steps × 2 keys × {w['sleep_s']} s, one solo worker per job; "
-                    f"load average {w['load_at_start']:.1f} when it started |")
+        rows.append(
+            f"| {w['clients']} websocket clients + {w['jobs']} logging jobs | **{w['missing']} points missing, "
+            f"{w['duplicated']} duplicated** over {w['delivered']:,} delivered ({w['errors']} errors; jobs "
+            f"{'/'.join(w['states'])}; stored: {w['stored_lost']} lost, {w['stored_duplicated']} duplicated); "
+            f"live latency p50 {w['p50_ms']:.0f} ms, **p95 {w['p95_ms']:.0f} ms**, max {w['max_ms']:.0f} ms; "
+            f"daphne RSS **{w['rss_before_mb']:.0f} MB before, {w['rss_peak_mb']:.0f} MB at peak, "
+            f"{w['rss_after_mb']:.0f} MB after** | {w['clients'] // w['jobs']} clients per job, each resumes and "
+            f"acks every message; `selftest` {w['steps']} steps × 2 keys × {w['sleep_s']} s, one solo worker per "
+            f"job; load average {w['load_at_start']:.1f} when it started |")
     if "tests" in r:
         t = r["tests"]
-        classes = ", ".join(f"{v:,} × {k}" for k, v in sorted(t["fuzz_classes"].items()))
-        rows.append(f"| schemathesis against `/api/openapi.json` (every operation; examples, coverage, fuzzing and stateful "
-                    f"phases; a member's session; seed fixed, {t['fuzz_examples']} examples per operation and phase) | "
-                    f"**{int(t['fuzz_cases']):,} cases, {t['fuzz_requests']:,} requests: {t['fuzz_5xx']} × 5xx, "
-                    f"{'0 schema or status violations' if t['returncode'] == 0 else 'FAILED (see the test)'}** ({classes}) | "
-                    f"`tests/web/test_openapi_fuzz.py` (part of `make test`; `OPENAPI_FUZZ_EXAMPLES=N` for a longer run) |"
-                    if t["fuzz_requests"] is not None else "| schemathesis | did not report | |")
+        if t["fuzz_requests"] is None:
+            rows.append("| schemathesis | did not report (see `tests/web/test_openapi_fuzz.py`) | |")
+        else:
+            classes = ", ".join(f"{v:,} × {k}" for k, v in sorted(t["fuzz_classes"].items()))
+            verdict = "0 schema or status violations" if t["returncode"] == 0 else "FAILED (see the test)"
+            rows.append(
+                f"| schemathesis against `/api/openapi.json` (every operation; examples, coverage, fuzzing and "
+                f"stateful phases; a member's session; seed fixed, {t['fuzz_examples']} examples per operation and "
+                f"phase) | **{int(t['fuzz_cases']):,} cases, {t['fuzz_requests']:,} requests: {t['fuzz_5xx']} × 5xx, "
+                f"{verdict}** ({classes}) | `tests/web/test_openapi_fuzz.py` (part of `make test`; "
+                f"`OPENAPI_FUZZ_EXAMPLES=N` for a longer run) |")
         cells = sum(c for c, _ in t["matrix"].values())
         wrong = sum(w for _, w in t["matrix"].values())
         parts = ", ".join(f"{c} {part}" for part, (c, _) in t["matrix"].items())
-        rows.append(f"| authorization matrix: 2 teams × 4 roles, a teamless user and anonymous, on both teams' jobs; every "
-                    f"API endpoint, page and the websocket; expected answers from the rule | **{cells} cells, {wrong} wrong** "
-                    f"({parts}) | `tests/web/test_authorization_matrix.py` |")
+        rows.append(
+            f"| authorization matrix: 2 teams × 4 roles, a teamless user and anonymous, on both teams' jobs; "
+            f"every API endpoint, page and the websocket; expected answers from the rule | **{cells} cells, "
+            f"{wrong} wrong** ({parts}) | `tests/web/test_authorization_matrix.py` |")
     return "\n".join(rows)
 
 
@@ -470,7 +484,8 @@ def main() -> int:
     parser.add_argument("--ws-clients-per-job", type=int, default=10)
     parser.add_argument("--ws-steps", type=int, default=300)
     parser.add_argument("--fuzz-examples", type=int, default=25)
-    parser.add_argument("--keep-logs", action="store_true", help="keep the started processes' logs (printed on failure)")
+    parser.add_argument("--keep-logs", action="store_true",
+                        help="keep the started processes' logs (their folder is printed on failure)")
     parser.add_argument("--redis-child", help=argparse.SUPPRESS)
     parser.add_argument("--jobs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -502,8 +517,8 @@ def main() -> int:
                     results["redis"] = scenario_redis(tmp, args.redis_jobs, args.redis_settle)
                     print("redis:", results["redis"], flush=True)
                 if "ws" in only:
-                    results["ws"] = scenario_websockets(stack, team, user, cookie, args.ws_jobs, args.ws_clients_per_job,
-                                                        args.ws_steps, 0.01)
+                    results["ws"] = scenario_websockets(stack, team, user, cookie, args.ws_jobs,
+                                                        args.ws_clients_per_job, args.ws_steps, 0.01)
                     print("websockets:", results["ws"], flush=True)
             finally:
                 stack.stop()

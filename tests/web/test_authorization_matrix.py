@@ -143,7 +143,8 @@ def test_http_authorization_matrix(capsys):
         matrix.check(actor, "GET /api/kinds", 401 if anonymous else 200, r.status_code)
         r = client.get("/api/jobs")
         listed = None if r.status_code != 200 else teams_of_jobs(j["id"] for j in r.json())
-        matrix.check(actor, "GET /api/jobs (teams listed)", (401, None) if anonymous else (200, mine), (r.status_code, listed))
+        matrix.check(actor, "GET /api/jobs (teams listed)", (401, None) if anonymous else (200, mine),
+                     (r.status_code, listed))
         for path in ("/jobs/", "/jobs/new/", "/status/"):
             r = client.get(path)
             if anonymous:
