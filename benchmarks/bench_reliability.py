@@ -272,6 +272,12 @@ def scenario_redis(tmp: Path, jobs: int, settle: float) -> dict:
 
 # ---------------------------------------------------------------- 3. websocket clients + logging jobs
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -304,7 +310,7 @@ async def follow(host: str, cookie: str, job_id: int, steps: int, replayed: asyn
             if msg["type"] == "points":
                 received.extend(msg["points"])
                 if live:
-                    latencies.extend(now - p[2] for p in msg["points"])
+                    latencies.extend((p[2], now - p[2]) for p in msg["points"])
                 await ws.send(json.dumps({"type": "ack", "seq": msg["seq"]}))
             elif msg["type"] == "replayed":
                 live = True
@@ -336,6 +342,7 @@ def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, client
     made = [Job.objects.create(team=team, created_by=user, kind=kind.name, name=f"live {i}", config=config,
                                max_attempts=kind.max_attempts) for i in range(jobs)]
     peak = [rss_before]
+    cpu = [0.0, 0.0]  # daphne's and this process's (the clients') CPU seconds while the jobs ran
 
     def enqueue_all():  # in a thread (it reads the job's kind): not from the event loop
         from django.db import connection
@@ -358,9 +365,11 @@ def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, client
         sampler = asyncio.create_task(sample())
         await asyncio.wait_for(replayed.wait(), 120)  # every client connected and resumed: now the jobs start
         started = time.monotonic()
+        cpu[:] = [cpu_seconds(server.pid), time.process_time()]
         await asyncio.to_thread(enqueue_all)
         results = await asyncio.gather(*tasks)
         elapsed = time.monotonic() - started
+        cpu[:] = [cpu_seconds(server.pid) - cpu[0], time.process_time() - cpu[1]]
         sampler.cancel()
         return results, elapsed
 
@@ -381,13 +390,17 @@ def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, client
         worker.stop()
     time.sleep(3)
     rss_after = rss_mb(server.pid)
-    ms = [x * 1000 for x in latencies]
+    ms = [x * 1000 for _, x in latencies]
+    # How latency moved while the jobs ran: the median of each quarter of the run, by wall time.
+    by_time = [x * 1000 for _, x in sorted(latencies)]
+    quarters = [percentile(by_time[i * len(by_time) // 4:(i + 1) * len(by_time) // 4], 50) for i in range(4)]
     return {"jobs": jobs, "clients": jobs * clients, "steps": steps, "sleep_s": sleep_s, "keys": 2, "states": states,
             "delivered": sum(len(r[0]) for r in results), "missing": missing, "duplicated": duplicated,
             "errors": errors,
             "stored_lost": sum(s[0] for s in stored), "stored_duplicated": sum(s[1] for s in stored),
-            "live_points": len(ms), "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95),
-            "max_ms": max(ms) if ms else float("nan"), "seconds": elapsed,
+            "live_points": len(ms), "min_ms": min(ms) if ms else float("nan"), "p50_by_quarter_ms": quarters,
+            "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95),
+            "max_ms": max(ms) if ms else float("nan"), "seconds": elapsed, "daphne_cpu_s": cpu[0], "clients_cpu_s": cpu[1],
             "rss_before_mb": rss_before, "rss_peak_mb": peak[0], "rss_after_mb": rss_after,
             "all_succeeded": states == [JobState.SUCCEEDED], "load_at_start": load_at_start}
 
@@ -449,7 +462,9 @@ def table(r: dict) -> str:
             f"daphne RSS **{w['rss_before_mb']:.0f} MB before, {w['rss_peak_mb']:.0f} MB at peak, "
             f"{w['rss_after_mb']:.0f} MB after** | {w['clients'] // w['jobs']} clients per job, each resumes and "
             f"acks every message; `selftest` {w['steps']} steps × 2 keys × {w['sleep_s']} s, one solo worker per "
-            f"job; load average {w['load_at_start']:.1f} when it started |")
+            f"job; {w['seconds']:.1f} s from the first job's start to the last client's last point, daphne "
+            f"{w['daphne_cpu_s']:.1f} CPU-s, the clients {w['clients_cpu_s']:.1f} CPU-s; load average "
+            f"{w['load_at_start']:.1f} when it started |")
     if "tests" in r:
         t = r["tests"]
         if t["fuzz_requests"] is None:
