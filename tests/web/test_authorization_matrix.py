@@ -1,0 +1,279 @@
+"""Who may do what, as a matrix: two teams × four roles (viewer < member < approver <
+admin), a user in no team and an anonymous visitor, against every API endpoint, every
+page and the live channel, on both teams' jobs.
+
+The expected answer of each cell comes from the rule, not from the code:
+- in the job's team with a role at least the one the action needs → allowed;
+- in the job's team with a lower role → 403 (a page's cancel: back to the job with an
+  error, and nothing cancelled);
+- another team's job, or no team at all → 404 (the job is not revealed); submitting to a
+  team one does not belong to → 403;
+- anonymous → 401 under ``/api/``, a redirect to the login page for pages, 4401 on the
+  websocket (4404 for another team's job; accepted for the own team's, any role).
+Lists (``/api/jobs``, ``/jobs/``, ``/status/``, the submit form's teams) show exactly the
+person's own teams.  Every wrong cell is collected; the test asserts there are none and
+prints the matrix size.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+from websockets.asyncio.client import connect
+
+from opdweb.jobs.models import Job, JobLogEntry, JobState
+from opdweb.teams.models import Membership, Role, Team
+from opdweb.traces.models import TraceSeries
+
+ROLES = (Role.VIEWER, Role.MEMBER, Role.APPROVER, Role.ADMIN)
+TEAMS = ("red", "blue")
+
+
+@dataclass
+class Actor:
+    label: str
+    user: object | None  # None: anonymous
+    roles: dict  # team slug -> Role
+
+    def role_in(self, slug):
+        return self.roles.get(slug)
+
+
+def make_world():
+    teams = {slug: Team.objects.create(name=f"Team {slug}", slug=slug) for slug in TEAMS}
+    User = get_user_model()
+    actors = []
+    for slug in TEAMS:
+        for role in ROLES:
+            user = User.objects.create_user(f"{slug}-{role.label}")
+            Membership.objects.create(team=teams[slug], user=user, role=role)
+            actors.append(Actor(f"{slug} {role.label}", user, {slug: role}))
+    actors.append(Actor("teamless", User.objects.create_user("teamless"), {}))
+    actors.append(Actor("anonymous", None, {}))
+    jobs = {}
+    for slug, team in teams.items():
+        job = Job.objects.create(team=team, kind="selftest", name=f"job of {slug}", config={"steps": 3},
+                                 state=JobState.RUNNING)
+        JobLogEntry.objects.create(job=job, created_at=datetime.now(timezone.utc), level="INFO", message="hello")
+        TraceSeries.objects.create(job=job, key="selftest/linear", first_step=0, last_step=0)
+        jobs[slug] = job
+    return teams, actors, jobs
+
+
+def client_for(actor: Actor) -> Client:
+    client = Client()
+    if actor.user is not None:
+        client.force_login(actor.user)  # never client.login: django-axes needs a request there
+    return client
+
+
+class Matrix:
+    def __init__(self):
+        self.cells = 0
+        self.wrong: list[str] = []
+
+    def check(self, actor: Actor, what: str, expected, got) -> None:
+        self.cells += 1
+        if expected != got:
+            self.wrong.append(f"{actor.label:16} {what:45} expected {expected!r}, got {got!r}")
+
+    def report(self, part: str) -> None:
+        print(f"\nauthorization matrix ({part}): {self.cells} cells, {len(self.wrong)} wrong")
+        for line in self.wrong:
+            print("  WRONG", line)
+
+
+def api_expected(actor: Actor, slug: str, needs: Role, allowed: int) -> int:
+    """The rule for an object under /api/."""
+    if actor.user is None:
+        return 401
+    role = actor.role_in(slug)
+    if role is None:
+        return 404
+    return allowed if role >= needs else 403
+
+
+def submit_expected(actor: Actor, slug: str, allowed: int) -> int:
+    if actor.user is None:
+        return 401
+    role = actor.role_in(slug)
+    return allowed if role is not None and role >= Role.MEMBER else 403
+
+
+def login_redirect(path: str):
+    return 302, f"/login/?next={path}"
+
+
+def read_stream(response) -> bytes:
+    async def collect():
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(collect)()
+
+
+def page(response):
+    """A page's answer: the status, and where a redirect goes."""
+    if response.status_code in (301, 302):
+        return response.status_code, response["Location"]
+    return response.status_code
+
+
+@pytest.mark.django_db
+def test_http_authorization_matrix(capsys):
+    teams, actors, jobs = make_world()
+    matrix = Matrix()
+
+    def teams_of_jobs(ids) -> set[str]:
+        return set(Job.objects.filter(pk__in=list(ids)).values_list("team__slug", flat=True))
+
+    for actor in actors:
+        client = client_for(actor)
+        mine = set(actor.roles)
+        anonymous = actor.user is None
+
+        # Endpoints without an object.
+        r = client.get("/api/kinds")
+        matrix.check(actor, "GET /api/kinds", 401 if anonymous else 200, r.status_code)
+        r = client.get("/api/jobs")
+        listed = None if r.status_code != 200 else teams_of_jobs(j["id"] for j in r.json())
+        matrix.check(actor, "GET /api/jobs (teams listed)", (401, None) if anonymous else (200, mine),
+                     (r.status_code, listed))
+        for path in ("/jobs/", "/jobs/new/", "/status/"):
+            r = client.get(path)
+            if anonymous:
+                matrix.check(actor, f"GET {path}", login_redirect(path), page(r))
+                continue
+            if path == "/jobs/":
+                got = (r.status_code, teams_of_jobs(j.pk for j in r.context["jobs"]))
+                want = (200, mine)
+            elif path == "/jobs/new/":
+                got = (r.status_code, {t.slug for t in r.context["teams"]})
+                want = (200, {s for s, role in actor.roles.items() if role >= Role.MEMBER})
+            else:
+                got = (r.status_code, r.context["running"])  # the two jobs of the matrix run, one per team
+                want = (200, len(mine))
+            matrix.check(actor, f"GET {path} (own teams only)", want, got)
+
+        for slug, job in jobs.items():
+            base = f"/api/jobs/{job.pk}"
+            reads = {
+                "GET /api/jobs/{id}": base,
+                "GET /api/jobs/{id}/log": f"{base}/log",
+                "GET /api/jobs/{id}/series": f"{base}/series",
+                "GET /api/jobs/{id}/series/downsampled": f"{base}/series/downsampled?key=selftest/linear",
+                "GET /api/jobs/{id}/export": f"{base}/export?format=csv",
+            }
+            for what, path in reads.items():
+                r = client.get(path)
+                if r.streaming:
+                    read_stream(r)
+                matrix.check(actor, f"{what} ({slug})", api_expected(actor, slug, Role.VIEWER, 200), r.status_code)
+
+            # Submitting to this team: the API and the form.
+            before = Job.objects.count()
+            r = client.post("/api/jobs", data=json.dumps({"kind": "selftest", "config": {"steps": 3}, "team": slug}),
+                            content_type="application/json")
+            expected = submit_expected(actor, slug, 201)
+            matrix.check(actor, f"POST /api/jobs team={slug} (status, written)", (expected, expected == 201),
+                         (r.status_code, Job.objects.count() == before + 1))
+            before = Job.objects.count()
+            r = client.post("/jobs/new/", {"kind": "selftest", "config": '{"steps": 3}', "name": "", "team": slug})
+            if anonymous:
+                want = login_redirect("/jobs/new/")
+            elif submit_expected(actor, slug, 302) == 302:
+                want = (302, f"/jobs/{Job.objects.order_by('-pk').first().pk}/")
+            else:
+                want = 403
+            matrix.check(actor, f"POST /jobs/new/ team={slug}", (want, want != 403 and not anonymous),
+                         (page(r), Job.objects.count() == before + 1))
+
+            # The job's page.
+            r = client.get(f"/jobs/{job.pk}/")
+            if anonymous:
+                want = login_redirect(f"/jobs/{job.pk}/")
+            else:
+                want = 404 if actor.role_in(slug) is None else 200
+            matrix.check(actor, f"GET /jobs/{{id}}/ ({slug})", want, page(r))
+
+            # Cancelling, each attempt on a fresh queued job of this team.
+            target = Job.objects.create(team=teams[slug], kind="selftest", config={"steps": 3})
+            r = client.post(f"/api/jobs/{target.pk}/cancel")
+            expected = api_expected(actor, slug, Role.MEMBER, 200)
+            target.refresh_from_db()
+            matrix.check(actor, f"POST /api/jobs/{{id}}/cancel ({slug}) (status, cancelled)",
+                         (expected, expected == 200), (r.status_code, target.state == JobState.CANCELLED))
+            target = Job.objects.create(team=teams[slug], kind="selftest", config={"steps": 3})
+            r = client.post(f"/jobs/{target.pk}/cancel/")
+            role = actor.role_in(slug)
+            if anonymous:
+                want = (login_redirect(f"/jobs/{target.pk}/cancel/"), False)
+            elif role is None:
+                want = (404, False)
+            else:  # back to the job's page, with a message; cancelled only from member up
+                want = ((302, f"/jobs/{target.pk}/"), role >= Role.MEMBER)
+            target.refresh_from_db()
+            matrix.check(actor, f"POST /jobs/{{id}}/cancel/ ({slug}) (answer, cancelled)", want,
+                         (page(r), target.state == JobState.CANCELLED))
+
+    with capsys.disabled():
+        matrix.report("HTTP: API and pages")
+    assert matrix.wrong == []
+    assert matrix.cells == len(actors) * 25
+
+
+@pytest.mark.django_db(transaction=True)
+def test_websocket_authorization_matrix(start_asgi_server, capsys):
+    from django.contrib.sessions.backends.db import SessionStore
+
+    teams, actors, jobs = make_world()
+    host = start_asgi_server()
+    matrix = Matrix()
+
+    def cookie(user) -> str | None:
+        if user is None:
+            return None
+        session = SessionStore()
+        session["_auth_user_id"] = str(user.pk)
+        session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+        session["_auth_user_hash"] = user.get_session_auth_hash()
+        session.create()
+        return f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
+
+    async def attempt(job_id: int, cookie_header: str | None):
+        headers = {"Origin": "http://127.0.0.1", **({"Cookie": cookie_header} if cookie_header else {})}
+        async with connect(f"ws://{host}/ws/jobs/{job_id}/", additional_headers=headers) as ws:
+            msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=20))
+            if msg["type"] == "state":
+                return "accepted"
+            await asyncio.wait_for(ws.wait_closed(), timeout=20)
+            return msg.get("code"), ws.close_code
+
+    async def run_all(cases):
+        return await asyncio.gather(*(attempt(job_id, c) for job_id, c in cases))
+
+    cases, expectations = [], []
+    for actor in actors:
+        header = cookie(actor.user)
+        for slug, job in jobs.items():
+            if actor.user is None:
+                want = (4401, 4401)
+            elif actor.role_in(slug) is None:
+                want = (4404, 4404)
+            else:
+                want = "accepted"
+            cases.append((job.pk, header))
+            expectations.append((actor, f"ws/jobs/{{id}}/ ({slug})", want))
+    for (actor, what, want), got in zip(expectations, asyncio.run(run_all(cases))):
+        matrix.check(actor, what, want, got)
+
+    with capsys.disabled():
+        matrix.report("websocket")
+    assert matrix.wrong == []
+    assert matrix.cells == len(actors) * len(jobs)
