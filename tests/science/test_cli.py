@@ -15,7 +15,7 @@ def fp8_yaml(tmp_path):
 def test_mismatch_json(student, fp8_yaml, capsys, tmp_path):
     dump = tmp_path / "d.jsonl"
     rc = main(["mismatch", "--model", student, "--config", fp8_yaml, "--prompts", "32", "--max-new-tokens", "6",
-               "--seed", "3", "--json", "--dump", str(dump)])
+               "--seed", "3", "--json", "--dump", str(dump), "--reference-engine", "hf", "--target-ci", "0"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert {"metric", "value", "reference_value", "multiple", "multiple_ci", "tokens", "metrics"} <= set(out)
@@ -24,13 +24,14 @@ def test_mismatch_json(student, fp8_yaml, capsys, tmp_path):
 
 
 def test_mismatch_table(student, fp8_yaml, capsys):
-    assert main(["mismatch", "--model", student, "--config", fp8_yaml, "--prompts", "16"]) == 0
+    assert main(["mismatch", "--model", student, "--config", fp8_yaml, "--prompts", "16", "--reference-engine", "hf"]) == 0
     out = capsys.readouterr().out
     assert "x BF16" in out and "k3" in out and "kl_full" in out
 
 
 def test_sensitivity_and_drift(teacher, fp8_yaml, capsys):
-    assert main(["sensitivity", "--model", teacher, "--config", fp8_yaml, "--prompts", "16", "--target", "1.2", "--json"]) == 0
+    assert main(["sensitivity", "--model", teacher, "--config", fp8_yaml, "--prompts", "16", "--target", "1.2", "--json",
+                 "--reference-engine", "hf"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert len(s["ranking"]) == 2 and s["recipe"]["target"] == 1.2
     assert main(["drift", "--model", teacher, "--config", fp8_yaml, "--prompts", "16"]) == 0
@@ -74,6 +75,6 @@ def test_python_dash_m_workers(student, fp8_yaml):
     import sys
 
     p = subprocess.run([sys.executable, "-m", "workers", "mismatch", "--model", student, "--config", fp8_yaml,
-                        "--prompts", "8", "--json"], capture_output=True, text=True, timeout=120)
+                        "--prompts", "8", "--json", "--reference-engine", "hf"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["tokens"] > 0
