@@ -27,14 +27,15 @@ WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.pt", "config.json", "generation_con
 TOKENIZER_GLOBS = ("tokenizer*.json", "special_tokens_map.json", "vocab.*", "merges.txt", "*.model",
                    "added_tokens.json", "chat_template.*")
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
+_DIGESTS: dict[tuple, str] = {}
 
 
 def file_digest(path: str | Path) -> str:
-    """sha256 of a file's bytes (remembered per path, size and mtime within the process)."""
+    """sha256 of a file's bytes (remembered within the process per path, inode, size, mtime
+    and ctime: any write changes the ctime, even one that restores the mtime)."""
     p = Path(path)
     st = p.stat()
-    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    key = (str(p.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in _DIGESTS:
         h = hashlib.sha256()
         with p.open("rb") as fh:
