@@ -136,7 +136,8 @@ class MeasurementSession:
         kwargs = {}
         if cfg.engine == "vllm":
             width = max(len(p) for p in self.prompt_ids) if self.prompt_ids else 64
-            kwargs["max_model_len"] = width + cfg.sampling.max_new_tokens + 8
+            limit = getattr(self.model_config, "max_position_embeddings", None) or 1 << 30
+            kwargs["max_model_len"] = min(width + cfg.sampling.max_new_tokens + 8, int(limit))
         return build_engine(self.job.model, cfg, self.device, base_model=base, task=self.task,
                             cache_dir=getattr(self.job, "cache_dir", None), **kwargs)
 
@@ -436,7 +437,8 @@ def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_
     engines: dict[str, object] = {}
 
     def engine_for(c: RolloutConfig):
-        key = json.dumps(c.model_dump(mode="json"), sort_keys=True)
+        # one engine per config; the seed is per sampling call, so the floor's second seed shares the unit's engine
+        key = json.dumps(c.model_dump(mode="json", exclude={"seed"}), sort_keys=True)
         if key not in engines:
             engines[key] = session.engine(c)
         return engines[key]
