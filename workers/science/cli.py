@@ -32,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("build-toy-models", help="train the tiny teacher and student (cached)")
-    b.add_argument("--size", choices=["test", "demo"], required=True)
+    b.add_argument("--size", choices=["test", "demo", "long"], required=True,
+                   help="test: seconds, 1-digit addition; demo: minutes, 3-digit +/*; long: minutes, 4-digit addition with a worked solution")
     b.add_argument("--out", required=True, help="directory; gets teacher/ and student/")
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
     b.add_argument("--threads", type=int, default=1)
