@@ -157,6 +157,10 @@ class _JobConfig(_Strict):
     trainer_dtype: ComputeDtype = "fp32"
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     threads: int | None = Field(None, ge=1, le=512)
+    cache_dir: str | None = Field(
+        None, json_schema_extra={"sandbox": "product"},
+        description="Directory for cached BF16 reference measurements and FP8 KV calibrations (they repeat for every config); the product sets it for jobs.",
+    )
 
     @property
     def seed_effective(self) -> int:
@@ -184,10 +188,6 @@ class _MeasureConfig(_JobConfig):
     reference_engine: UnitEngine | None = Field(
         "auto", description="The BF16 engine that is the unit of the multiple: auto (vllm where it can run, else hf), hf or vllm.")
     bootstrap: int = Field(1000, ge=0, le=100_000)
-    cache_dir: str | None = Field(
-        None, json_schema_extra={"sandbox": "product"},
-        description="Directory for cached BF16 reference measurements and FP8 KV calibrations (they repeat for every config); the product sets it for jobs.",
-    )
     position_buckets: list[int] = Field(default_factory=lambda: [0, 8, 16, 32, 64, 128, 256, 512, 1024], max_length=64)
 
 

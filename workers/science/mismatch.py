@@ -404,16 +404,18 @@ def top_share(records, metric: str, fraction: float = 0.01) -> float | None:
     return float(np.sort(v)[-k:].sum() / total)
 
 
-def unit_block(session, name: str, ref_cfg: RolloutConfig, ref: Measurement, floor: dict, m: Measurement, metric: str,
-               n: int, n_boot: int) -> dict:
-    """The multiple of ``m`` against one unit, with that unit's floor."""
+def unit_block(session, name: str, ref: Measurement, floor: dict, m: Measurement, metric: str, n: int, n_boot: int,
+               known: tuple | None = None) -> dict:
+    """The multiple of ``m`` against one unit, with that unit's floor (``known``: the
+    (reference value, multiple, CI) already computed for it)."""
     from .fingerprint import library_versions
     from .metrics import finite_or_none, metric_values, multiple_with_ci, summarize
 
-    value, ci = multiple_with_ci(m.records, ref.records, metric, n, n_boot, seed=session.job.seed_effective)
-    return {"engine": name, "dtype": "bf16", "versions": library_versions(name),
-            "reference_value": metric_values(summarize(ref.records)).get(metric), "reference_tokens": ref.records.tokens,
-            "multiple": finite_or_none(value), "multiple_ci": ci, "floor": floor}
+    if known is None:
+        value, ci = multiple_with_ci(m.records, ref.records, metric, n, n_boot, seed=session.job.seed_effective)
+        known = (metric_values(summarize(ref.records)).get(metric), finite_or_none(value), ci)
+    return {"engine": name, "dtype": "bf16", "versions": library_versions(name), "reference_value": known[0],
+            "reference_tokens": ref.records.tokens, "multiple": known[1], "multiple_ci": known[2], "floor": floor}
 
 
 def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_path: str | Path | None = None) -> dict:
@@ -499,11 +501,11 @@ def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_
     n = max(m.records.n_sequences, ref.records.n_sequences)
     report = compare(session, m, ref, metric, n_boot, cfg.position_buckets)
     floor = floor_from(ref, floor_m, metric, n, n_boot, seed)
-    units = {session.unit_engine: unit_block(session, session.unit_engine, ref_cfg, ref, floor, m, metric, n, n_boot)}
+    units = {session.unit_engine: unit_block(session, session.unit_engine, ref, floor, m, metric, n, n_boot,
+                                             (report["reference_value"], report["multiple"], report["multiple_ci"]))}
     unit_factor = None
     for name, (o_ref, o_fl) in others.items():
-        units[name] = unit_block(session, name, rollout.bf16_reference(name), o_ref, floor_from(o_ref, o_fl, metric, n, n_boot, seed),
-                                 m, metric, n, n_boot)
+        units[name] = unit_block(session, name, o_ref, floor_from(o_ref, o_fl, metric, n, n_boot, seed), m, metric, n, n_boot)
         hf_ref, vllm_ref = (ref, o_ref) if session.unit_engine == "hf" else (o_ref, ref)
         f, f_ci = multiple_with_ci(vllm_ref.records, hf_ref.records, metric, n, n_boot, seed=seed)
         unit_factor = {"what": "vllm BF16 unit / hf BF16 unit (the hf multiple divided by this is the vllm multiple)",

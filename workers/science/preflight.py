@@ -123,8 +123,21 @@ def vllm_problems(cfg: RolloutConfig, model_config, device: str, role: str) -> l
     return problems
 
 
+_META: dict[tuple, object] = {}
+
+
 def meta_model(model: str):
-    """The checkpoint's architecture on the ``meta`` device: names and shapes, no weights."""
+    """The checkpoint's architecture on the ``meta`` device: names and shapes, no weights
+    (remembered per ``config.json`` within the process)."""
+    cfg_file = Path(model) / "config.json"
+    key = (str(cfg_file.resolve()), cfg_file.stat().st_mtime_ns, cfg_file.stat().st_ctime_ns) if cfg_file.is_file() else (model,)
+    if key not in _META:
+        _META.clear()  # one architecture at a time is what a worker needs
+        _META[key] = _build_meta_model(model)
+    return _META[key]
+
+
+def _build_meta_model(model: str):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
