@@ -11,6 +11,7 @@ No torch here: the fingerprint of a checkpoint is a pure function of its files.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -74,8 +75,17 @@ def token_ids_digest(prompt_ids: Iterable[Iterable[int]]) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=8)
+def _library_versions(engine: str) -> tuple:
+    return tuple(_versions(engine).items())
+
+
 def library_versions(engine: str) -> dict[str, str | None]:
-    """Versions of the libraries a measurement with ``engine`` ran on."""
+    """Versions of the libraries a measurement with ``engine`` ran on (read once per process)."""
+    return dict(_library_versions(engine))
+
+
+def _versions(engine: str) -> dict[str, str | None]:
     names = ["torch", "transformers"] + (["vllm"] if engine == "vllm" else [])
     out: dict[str, str | None] = {}
     for name in names:
