@@ -2,8 +2,8 @@
 
 Subcommands: ``build-toy-models`` and one per registered job kind (``mismatch``,
 ``sensitivity``, ``drift``, ``selftest``, ...), its options read from the kind's config
-schema.  ``--json`` prints exactly one JSON object on stdout (anything else written while
-the job runs, engine logs included, goes to stderr); otherwise a readable table.
+schema.  ``--json`` prints exactly one JSON object on stdout, otherwise a readable table;
+anything else written while the job runs (vLLM's log included) goes to stderr.
 Bad input prints one line per problem on stderr and exits 2 (problems in the YAML are
 named by field, problems with options by flag); a cancelled run exits 130.
 """
@@ -103,7 +103,7 @@ def _job_config(kind: JobKind, args: argparse.Namespace):
 @contextlib.contextmanager
 def _stdout_to_stderr(enabled: bool):
     """While the job runs, send stdout (Python's and file descriptor 1, where C code and
-    vLLM's logger write) to stderr, so ``--json`` prints nothing but the report."""
+    vLLM's logger write) to stderr, so stdout holds nothing but the report."""
     if not enabled:
         yield
         return
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = {o.dest: getattr(args, o.dest) for o in kind.cli_options if getattr(args, o.dest) is not None}
         reporter = ConsoleReporter()
         try:
-            with _stdout_to_stderr(args.json):
+            with _stdout_to_stderr(True):  # the report alone on stdout, JSON or table
                 report = kind.run(cfg, reporter, **options)
         finally:
             reporter.close()
