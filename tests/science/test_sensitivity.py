@@ -34,6 +34,7 @@ def test_per_layer_ranking_and_recipe(teacher):
     assert rec["reached"] is False and rec["keep_bf16"] is None and "no gain" in rec["note"]
     assert all(t["kept"] < 2 for t in rec["trials"])
     assert r["kv_cache"]["capacity_ratio"] == pytest.approx(2.0)
+    assert r["unit"]["engine"] == "hf"
     assert "sensitivity/multiple" in {k for _, k, _ in rep.points}
     # a target the least sensitive layer alone meets: keep the most sensitive one
     target = r["ranking"][1]["multiple"] * 1.05

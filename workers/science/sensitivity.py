@@ -193,6 +193,8 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
         "prompts": len(session.prompt_ids),
         "unit": cfg.unit,
         "rollout": rollout.model_dump(mode="json"),
+        "unit": {"engine": run.ref.cfg.engine, "dtype": "bf16", "why": session.unit_reason if run.ref.cfg.engine == session.unit_engine else "asked for"},
+        "warnings": session.warnings,
         "value": full_report["value"],
         "reference_value": full_report["reference_value"],
         "multiple": full_report["multiple"],
