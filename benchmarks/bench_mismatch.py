@@ -1,4 +1,6 @@
-"""Mismatch measurement wall time against its floor, measured in the same run.
+"""Mismatch measurement: wall time against its floor, and the sample size a trustworthy multiple needs.
+
+``--mode overhead`` (default): wall time against its floor, measured in the same run.
 
 Floor: bare sampling by the rollout engine (no full distributions) + one trainer scoring
 pass of the same tokens.  Measurement: the same plus full-vocabulary distributions, every
@@ -9,15 +11,24 @@ metric, the bootstrap CI and the report.  Three figures:
 * cold     - run_mismatch() end to end, BF16 reference measured too (first check on a model)
 
     python benchmarks/bench_mismatch.py --model var/toy/demo/student --prompts 256 --max-new-tokens 64
+
+``--mode precision``: for FP8 W, FP8 W + KV and noise 0.1, the tokens (and prompts, rounds,
+wall time) ``run_mismatch`` needs to bring the multiple's 95% CI within ±``--target-ci``,
+against the ``--unit`` engine, with the unit factor (vLLM BF16 / hf BF16) and its CI:
+
+    python benchmarks/bench_mismatch.py --mode precision --model var/toy/demo/student --prompts 256
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
+
+os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is the JSON result only
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -33,7 +44,13 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--config", default="weights: fp8_e4m3\nkv_cache: fp8_e4m3\n", help="rollout config YAML text")
+    ap.add_argument("--mode", choices=["overhead", "precision"], default="overhead")
+    ap.add_argument("--target-ci", type=float, default=0.25)
+    ap.add_argument("--max-tokens", type=int, default=2_000_000)
+    ap.add_argument("--unit", default="auto", help="reference engine: auto | hf | vllm")
     args = ap.parse_args()
+    if args.mode == "precision":
+        return precision(args)
 
     import torch
 
@@ -49,7 +66,7 @@ def main() -> int:
     rollout = RolloutConfig.from_yaml(args.config)
     rollout = rollout.model_copy(update={"sampling": rollout.sampling.model_copy(update={"ignore_eos": True})})
     job = MismatchJobConfig(model=model, rollout=rollout, prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-                            batch_size=args.batch_size, device=args.device)
+                            batch_size=args.batch_size, device=args.device, reference_engine="hf", target_ci=0)
     session = MeasurementSession(job)
     cfg = session.rollout
     engine = session.engine(cfg)
@@ -102,6 +119,48 @@ def main() -> int:
         "repeats": args.repeats,
     }
     print(json.dumps(out, indent=1))
+    return 0
+
+
+PRECISION_CONFIGS = {
+    "FP8 W (per tensor)": {"weights": "fp8_e4m3"},
+    "FP8 W + FP8 KV": {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"},
+    "noise 0.1": {"noise_sigma": 0.1},
+}
+
+
+def precision(args) -> int:
+    """Tokens needed for the target CI half-width, per config, against one unit; then the unit factor."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from workers.science.config import MismatchJobConfig, RolloutConfig
+    from workers.science.mismatch import _REFERENCE_MEMO, run_mismatch
+
+    rows = {}
+    for name, rollout in PRECISION_CONFIGS.items():
+        _REFERENCE_MEMO.clear()  # each wall time includes measuring the unit and its floor
+        job = MismatchJobConfig(model=args.model, rollout=RolloutConfig(**rollout), prompts=args.prompts,
+                                max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, device=args.device,
+                                reference_engine=args.unit, target_ci=args.target_ci, max_tokens=args.max_tokens,
+                                compare_units=name == "FP8 W (per tensor)")
+        t0 = time.perf_counter()
+        r = run_mismatch(job)
+        wall = time.perf_counter() - t0
+        p = r["precision"]
+        rows[name] = {"unit": r["unit"]["engine"], "multiple": round(r["multiple"], 3),
+                      "multiple_ci": [round(c, 3) for c in r["multiple_ci"]],
+                      "relative_half_width": round(p["relative_half_width"], 3), "stopped": p["stopped"],
+                      "tokens": r["tokens"], "prompts": r["prompts"], "rounds": len(p["rounds"]),
+                      "top1pct_share": round(p["top1pct_share"], 3), "floor": round(r["floor"]["value"], 3),
+                      "wall_s": round(wall, 1), "warnings": r["warnings"]}
+        if r.get("unit_factor"):
+            rows["unit factor (vllm BF16 / hf BF16)"] = {
+                "value": round(r["unit_factor"]["value"], 3), "ci": [round(c, 3) for c in r["unit_factor"]["ci"]],
+                "prompts": r["prompts"], "units": {k: {"multiple": round(u["multiple"], 3), "ci": [round(c, 3) for c in u["multiple_ci"]],
+                                                       "floor": round(u["floor"]["value"], 3)} for k, u in r["units"].items()}}
+    print(json.dumps({"model": args.model, "target_ci": args.target_ci, "max_new_tokens": args.max_new_tokens,
+                      "threads": args.threads, "results": rows}, indent=1))
     return 0
 
 

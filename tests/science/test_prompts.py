@@ -74,3 +74,24 @@ def test_it_loads_gsm8k_and_math_jsonl(tmp_path):
     bad.write_text('{"x": 1}\n')
     with pytest.raises(ValueError, match="expected GSM8K"):
         load_jsonl_prompt_set(bad)
+
+
+def test_the_worked_solution_by_hand():
+    from workers.science.prompts import extract_worked, worked_solution
+
+    assert worked_solution(4821, 9377) == "1+7+0=08 2+7+0=09 8+3+0=11 4+9+1=14 =14198"
+    assert worked_solution(1000, 1000) == "0+0+0=00 0+0+0=00 0+0+0=00 1+1+0=02 =2000"
+    assert extract_worked("1+7+0=08 =14198") == "14198" and extract_worked("1+7+0=0") == "0"
+    assert extract_worked("no answer") is None and extract_worked("3+4=x") is None
+
+
+def test_level_6_responses_are_long_and_an_early_digit_changes_what_follows():
+    from workers.science.prompts import arithmetic_target_text, worked_solution
+
+    ps = arithmetic_prompt_set(200, level=6, seed=0)
+    lengths = [len(arithmetic_target_text(p.prompt, 6)) + 1 for p in ps]  # + EOS; one token per character
+    assert 30 <= min(lengths) and max(lengths) <= 100
+    assert ps.grade([arithmetic_target_text(p.prompt, 6) for p in ps]) == [True] * 200
+    # the first column's sum decides the carry into the second column and the answer
+    a, b = worked_solution(4825, 1111).split(" "), worked_solution(4829, 1111).split(" ")
+    assert a[0] != b[0] and a[1] != b[1] and a[-1] != b[-1]

@@ -58,23 +58,30 @@ def test_finer_scales_are_more_accurate():
     assert errs[0] > errs[1] and errs[0] > errs[2]
 
 
-@pytest.mark.parametrize("fmt,levels", [("int8", 127), ("int4", 7)])
+@pytest.mark.parametrize("fmt,lo,hi,divisor", [("int8", -127, 127, 127.0), ("int4", -8, 7, 7.5)])
 @pytest.mark.parametrize("granularity", ["tensor", "channel", "block"])
-def test_int_round_trip_is_within_half_a_step(fmt, levels, granularity):
+def test_int_round_trip_is_within_half_a_step(fmt, lo, hi, divisor, granularity):
+    """INT8 symmetric -127..127; INT4 as GPTQ/AWQ: 16 levels -8..7, step 2 * amax / 15."""
     w = weight()
     q = fake_quant_weight(w, fmt, granularity, 64)
     if granularity == "tensor":
-        step = w.abs().amax() / levels
-        steps = step.expand_as(w)
+        steps = (w.abs().amax() / divisor).expand_as(w)
     elif granularity == "channel":
-        steps = (w.abs().amax(1, keepdim=True) / levels).expand_as(w)
+        steps = (w.abs().amax(1, keepdim=True) / divisor).expand_as(w)
     else:
-        steps = (w.abs().reshape(256, 4, 64).amax(2) / levels).repeat_interleave(64, 1)
+        steps = (w.abs().reshape(256, 4, 64).amax(2) / divisor).repeat_interleave(64, 1)
     assert bool(((q - w).abs() <= steps / 2 * (1 + 1e-5)).all())
-    # every value is an integer multiple of its step
-    k = q / steps
-    assert torch.allclose(k, k.round(), atol=1e-3)
-    assert int(k.round().abs().max()) <= levels
+    # every value is an integer multiple of its step, within the format's levels
+    k = (q / steps).round()
+    assert torch.allclose(q / steps, k, atol=1e-3)
+    assert int(k.min()) >= lo and int(k.max()) <= hi
+
+
+def test_int4_uses_all_sixteen_levels():
+    # amax 7.5 makes the step exactly 1: -7.5 rounds to the -8 level, +7.5 saturates at 7 (GPTQ's symmetric grid)
+    w = torch.arange(-7.5, 7.75, 0.25).reshape(1, -1)
+    q = fake_quant_weight(w, "int4", "tensor")
+    assert torch.unique(q).tolist() == [float(v) for v in range(-8, 8)]
 
 
 def test_a_block_size_that_does_not_divide_is_refused():

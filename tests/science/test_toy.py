@@ -57,3 +57,16 @@ def test_the_manifest_accuracy_is_what_greedy_decoding_scores(toy_dir, toy_manif
         accuracy = problems.accuracy(texts)
         assert 0.0 < accuracy
         assert accuracy == pytest.approx(toy_manifest[f"{role}_accuracy"], abs=1 / 500), role
+
+
+def test_the_long_recipe_trains_on_worked_solutions_of_30_to_100_tokens():
+    import random
+
+    from workers.science.toy import RECIPES, _batch
+
+    recipe = RECIPES["long"]
+    assert recipe.level == 6
+    ids, labels, attn = _batch(random.Random(0), recipe.level, 64)
+    answer_tokens = (labels != -100).sum(1)  # the worked solution and EOS
+    assert int(answer_tokens.min()) >= 30 and int(answer_tokens.max()) <= 100
+    assert int(attn.sum(1).max()) <= recipe.max_positions

@@ -2,18 +2,22 @@
 
 Subcommands: ``build-toy-models`` and one per registered job kind (``mismatch``,
 ``sensitivity``, ``drift``, ``selftest``, ...), its options read from the kind's config
-schema.  ``--json`` prints exactly one JSON object on stdout; otherwise a readable table.
-Bad input prints one line per problem on stderr and exits 2; a cancelled run exits 130.
+schema.  ``--json`` prints exactly one JSON object on stdout, otherwise a readable table;
+anything else written while the job runs (vLLM's log included) goes to stderr.
+Bad input prints one line per problem on stderr and exits 2 (problems in the YAML are
+named by field, problems with options by flag); a cancelled run exits 130.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from types import UnionType
 from typing import Literal, Sequence, Union, get_args, get_origin
 
-from .config import ConfigError, RolloutConfig, ValidationError, describe_validation_error
+from .config import ConfigError, RolloutConfig, ValidationError, describe_validation_error, validation_problems
 from .entrypoints import KINDS, JobKind
 from .reporting import Cancelled, ConsoleReporter
 
@@ -28,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("build-toy-models", help="train the tiny teacher and student (cached)")
-    b.add_argument("--size", choices=["test", "demo"], required=True)
+    b.add_argument("--size", choices=["test", "demo", "long"], required=True,
+                   help="test: seconds, 1-digit addition; demo: minutes, 3-digit +/*; long: minutes, 4-digit addition with a worked solution")
     b.add_argument("--out", required=True, help="directory; gets teacher/ and student/")
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
     b.add_argument("--threads", type=int, default=1)
@@ -50,6 +55,8 @@ def _add_kind(sub, kind: JobKind) -> None:
             j.add_argument("--config", required=True, help="rollout config YAML")
         elif get_origin(annotation) is Literal:
             j.add_argument(_flag(name), dest=name, choices=[str(c) for c in get_args(annotation)], help=info.description)
+        elif annotation is bool:
+            j.add_argument(_flag(name), dest=name, action="store_const", const=True, default=None, help=info.description)
         elif annotation in (int, float, str, bool):
             j.add_argument(_flag(name), dest=name, required=info.is_required(), help=info.description)
     for option in kind.cli_options:
@@ -68,13 +75,57 @@ def _without_none(annotation):
     return annotation
 
 
+class _BadOptions(Exception):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
 def _job_config(kind: JobKind, args: argparse.Namespace):
+    """The kind's config from the YAML (its problems name YAML fields) and the options
+    (their problems name the flags)."""
     fields = {name: getattr(args, name) for name in kind.config.model_fields if getattr(args, name, None) is not None}
     if "rollout" in kind.config.model_fields:
         fields["rollout"] = RolloutConfig.from_file(args.config)
     if "threads" in kind.config.model_fields:
         fields.setdefault("threads", DEFAULT_THREADS)
-    return kind.config.model_validate(fields)
+    try:
+        return kind.config.model_validate(fields)
+    except ValidationError as exc:
+        lines = []
+        for p in validation_problems(exc):
+            name = p["field"].split(".", 1)[0]
+            flag = _flag(name) if name in kind.config.model_fields and name != "rollout" else p["field"]
+            lines.append(f"{flag}: {p['message']}")
+        raise _BadOptions(lines) from None
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(enabled: bool):
+    """While the job runs, send stdout (Python's and file descriptor 1, where C code and
+    vLLM's logger write) to stderr, so stdout holds nothing but the report."""
+    if not enabled:
+        yield
+        return
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    sys.stdout.flush()
+    saved_fd = None
+    try:
+        saved_fd = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:
+        saved_fd = None
+    saved = sys.stdout
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+        if saved_fd is not None:
+            with contextlib.suppress(OSError):
+                sys.stderr.flush()
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,7 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = {o.dest: getattr(args, o.dest) for o in kind.cli_options if getattr(args, o.dest) is not None}
         reporter = ConsoleReporter()
         try:
-            report = kind.run(cfg, reporter, **options)
+            with _stdout_to_stderr(True):  # the report alone on stdout, JSON or table
+                report = kind.run(cfg, reporter, **options)
         finally:
             reporter.close()
     except ValidationError as exc:
@@ -95,8 +147,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in describe_validation_error(exc):
             print(f"  {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except _BadOptions as exc:
+        print("error: invalid options:", file=sys.stderr)
+        for line in exc.lines:
+            print(f"  {line}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [""]:
+            print(f"error: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Cancelled as exc:
         print(f"cancelled: {exc}", file=sys.stderr)

@@ -16,6 +16,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 Engine = Literal["hf", "vllm"]
+#: The BF16 engine a multiple is measured in: ``auto`` is vLLM where it is installed and can
+#: run the model and config (the paper's "standard BF16 engine"), else hf.
+UnitEngine = Literal["auto", "hf", "vllm"]
 ComputeDtype = Literal["fp32", "bf16", "fp16"]
 WeightFormat = Literal["bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"]
 ScaleGranularity = Literal["tensor", "channel", "block"]
@@ -148,35 +151,57 @@ class _JobConfig(_Strict):
                       description="'auto' (the task the model dir names, else arithmetic:3), 'arithmetic:LEVEL', or a GSM8K/MATH JSONL file under the data roots.")
     prompts: int = Field(256, ge=1, le=MAX_PROMPTS)
     max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, description="Overrides rollout.sampling.")
-    seed: int = Field(0, ge=0, le=MAX_SEED)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED,
+                             description="Sampling and prompt seed; overrides the rollout config's seed (the report says so). Default: the rollout config's.")
     batch_size: int = Field(64, ge=1, le=4096)
     trainer_dtype: ComputeDtype = "fp32"
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     threads: int | None = Field(None, ge=1, le=512)
+    cache_dir: str | None = Field(
+        None, json_schema_extra={"sandbox": "product"},
+        description="Directory for cached BF16 reference measurements and FP8 KV calibrations (they repeat for every config); the product sets it for jobs.",
+    )
+
+    @property
+    def seed_effective(self) -> int:
+        """The job's seed where given, else the rollout config's."""
+        return self.seed if self.seed is not None else self.rollout.seed
+
+    @property
+    def seed_note(self) -> str | None:
+        """A sentence when the job's seed replaces a different seed the rollout config sets."""
+        if self.seed is not None and "seed" in self.rollout.model_fields_set and self.rollout.seed != self.seed:
+            return f"seed: the job's seed {self.seed} replaces the rollout config's seed {self.rollout.seed}"
+        return None
 
     @property
     def rollout_effective(self) -> RolloutConfig:
-        """The rollout config with the job's ``max_new_tokens`` and ``seed`` applied."""
+        """The rollout config with the job's ``max_new_tokens`` and seed applied."""
         sampling = self.rollout.sampling
         if self.max_new_tokens is not None:
             sampling = sampling.model_copy(update={"max_new_tokens": self.max_new_tokens})
-        return self.rollout.model_copy(update={"sampling": sampling, "seed": self.seed})
+        return self.rollout.model_copy(update={"sampling": sampling, "seed": self.seed_effective})
 
 
-class MismatchJobConfig(_JobConfig):
-    """Admission measurement: the config's multiple of the BF16 engine's mismatch."""
-
+class _MeasureConfig(_JobConfig):
     metric: MetricName = "k3"
-    reference_engine: Engine | None = Field(None, description="Engine of the BF16 unit; default: the rollout's engine.")
+    reference_engine: UnitEngine | None = Field(
+        "auto", description="The BF16 engine that is the unit of the multiple: auto (vllm where it can run, else hf), hf or vllm.")
     bootstrap: int = Field(1000, ge=0, le=100_000)
-    cache_dir: str | None = Field(
-        None, json_schema_extra={"sandbox": "product"},
-        description="Directory for cached BF16 reference measurements (they repeat for every config); the product sets it for jobs.",
-    )
     position_buckets: list[int] = Field(default_factory=lambda: [0, 8, 16, 32, 64, 128, 256, 512, 1024], max_length=64)
 
 
-class SensitivityJobConfig(MismatchJobConfig):
+class MismatchJobConfig(_MeasureConfig):
+    """Admission measurement: the config's multiple of the BF16 engine's mismatch."""
+
+    target_ci: float = Field(0.25, ge=0.0, le=10.0,
+                             description="Sample in rounds until the 95% CI half-width is at most this fraction of the multiple (0: one round of `prompts`).")
+    max_tokens: int = Field(200_000, ge=1, le=50_000_000,
+                            description="Token budget: stop sampling rounds once the config's responses hold this many tokens.")
+    compare_units: bool = Field(False, description="Also report the multiple against the other BF16 engine and the factor between the two units.")
+
+
+class SensitivityJobConfig(_MeasureConfig):
     """Per-layer sensitivity of the config, and the recipe search under ``target``."""
 
     target: float | None = Field(None, gt=0.0, le=1e9, description="Target multiple for the recipe search.")
@@ -189,13 +214,19 @@ class DriftJobConfig(_JobConfig):
 
     decode: Literal["sampled", "greedy"] = "sampled"
     lengths: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64], max_length=64)
+    bootstrap: int = Field(1000, ge=0, le=100_000)
 
 
 def _read(path: str | Path) -> str:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist")
-    return p.read_text()
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8 YAML") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {str(p)!r} cannot be read: {exc.strerror}") from None
 
 
 def _load_yaml_mapping(text: str, what: str) -> dict:

@@ -86,7 +86,7 @@ def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
     fd = first_divergence(ta, ma, tb, mb)
     stats = drift_statistics(fd, ma.sum(1), cfg.lengths)
     after = mismatch_after_divergence(m.records, fd, "k3")
-    body = compare(session, m, ref, "k3", 200)
+    body = compare(session, m, ref, "k3", cfg.bootstrap)
     point = {"drift/diverged_fraction": stats["diverged_fraction"]}
     if after["share_after"] is not None:
         point["drift/share_after"] = after["share_after"]
@@ -105,6 +105,9 @@ def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
         "reference_value": body["reference_value"],
         "multiple": body["multiple"],
         "multiple_ci": body["multiple_ci"],
+        "unit": {"engine": ref_cfg.engine, "dtype": "bf16", "why": "drift compares decodes of one engine under common random numbers"},
+        "bootstrap": cfg.bootstrap,
+        "warnings": session.warnings,
         "tokens": body["tokens"],
         "accuracy": m.accuracy,
         "reference_accuracy": ref.accuracy,

@@ -29,10 +29,42 @@ def _table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def _unit_lines(r: dict) -> list[str]:
+    out = []
+    unit = r.get("unit")
+    if unit:
+        out.append(f"unit      {unit['engine']} BF16 ({unit.get('why', '')})")
+    floor = r.get("floor")
+    if floor:
+        out.append(f"floor     {_num(floor.get('value'))} x BF16: the unit against itself under a second seed "
+                   f"({_num(floor.get('seed_multiple'))}x); multiples below it mean nothing")
+    for name, u in (r.get("units") or {}).items():
+        if unit and name == unit["engine"]:
+            continue
+        ci = u.get("multiple_ci")
+        ci_s = f" (95% CI {_num(ci[0], 3)}-{_num(ci[1], 3)})" if ci else ""
+        out.append(f"also      {_num(u['multiple'])} x {name} BF16{ci_s}, floor {_num((u.get('floor') or {}).get('value'))}")
+    factor = r.get("unit_factor")
+    if factor:
+        ci = factor.get("ci")
+        out.append(f"units     vllm BF16 / hf BF16 = {_num(factor['value'])}" + (f" (95% CI {_num(ci[0], 3)}-{_num(ci[1], 3)})" if ci else ""))
+    prec = r.get("precision")
+    if prec:
+        w = prec.get("relative_half_width")
+        out.append(f"precision CI half-width {'-' if w is None else f'±{w:.0%}'} (target ±{prec['target_ci']:.0%}), "
+                   f"{len(prec['rounds'])} round(s), stopped: {prec['stopped']}; top 1% of tokens carry "
+                   f"{'-' if prec.get('top1pct_share') is None else format(prec['top1pct_share'], '.0%')} of {r['metric']}")
+    if r.get("logprobs"):
+        out.append(f"logprobs  {r['logprobs']}")
+    out += [f"WARNING   {w}" for w in r.get("warnings") or []]
+    return out
+
+
 def format_mismatch(r: dict) -> str:
     out = [
         f"model     {r['model']}   task {r['task']}   prompts {r['prompts']}   tokens {r['tokens']} (BF16 reference {r['reference_tokens']})",
         _multiple_line(r),
+        *_unit_lines(r),
         f"accuracy of the sampled responses {_num(r['accuracy'])} (BF16 reference {_num(r['reference_accuracy'])})   "
         f"KV capacity {r['kv_cache']['capacity_ratio']:.2f}x BF16",
         "",
@@ -58,9 +90,11 @@ def format_sensitivity(r: dict) -> str:
     rec = r.get("recipe")
     if rec:
         out.append("")
-        verdict = "reached" if rec["reached"] else "NOT reached"
-        out.append(f"recipe for target {rec['target']}x ({verdict}): keep_bf16 {rec['keep_bf16']} -> "
-                   f"{_num(rec['multiple'])}x BF16, KV capacity {rec['kv_cache']['capacity_ratio']:.2f}x BF16")
+        if rec["reached"]:
+            out.append(f"recipe for target {rec['target']}x (reached): keep_bf16 {rec['keep_bf16']} -> "
+                       f"{_num(rec['multiple'])}x BF16, KV capacity {rec['kv_cache']['capacity_ratio']:.2f}x BF16")
+        else:
+            out.append(f"recipe for target {rec['target']}x: NOT reached ({rec.get('note', '')})")
     out.append(f"KV capacity of the full config: {r['kv_cache']['capacity_ratio']:.2f}x BF16")
     return "\n".join(out)
 

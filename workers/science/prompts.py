@@ -14,14 +14,19 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 #: Arithmetic levels: (operator, operand digits of a, operand range of b).  Prompts are
-#: fixed-width per level ("%3d+%3d="), so batches need no attention masks.
+#: fixed-width per level ("%3d+%3d="), so batches need no attention masks.  Level 6 is
+#: four-digit addition answered with a worked solution (:func:`worked_solution`), 40-odd
+#: tokens in which a wrong early digit changes every carry and the answer after it.
 ARITHMETIC_LEVELS: dict[int, tuple[str, int, tuple[int, int]]] = {
     1: ("+", 1, (0, 9)),
     2: ("+", 2, (0, 99)),
     3: ("+", 3, (0, 999)),
     4: ("*", 3, (2, 9)),
     5: ("mix", 3, (0, 999)),
+    6: ("worked+", 4, (1000, 9999)),
 }
+#: Response length a level needs (tokens, EOS included).
+LEVEL_MAX_NEW_TOKENS = {1: 8, 2: 8, 3: 8, 4: 8, 5: 8, 6: 48}
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,40 @@ def arithmetic_answer_text(value: int) -> str:
     return str(value)[::-1]
 
 
+def worked_solution(a: int, b: int) -> str:
+    """Column addition written out, least significant column first, then the answer:
+    ``4821+9377=`` -> ``1+7+0=08 2+7+0=09 8+3+0=11 4+9+1=14 =14198``.  Each column is
+    ``a_i+b_i+carry=two-digit sum``; the carry of the next column is the sum's first digit."""
+    da, db = str(a)[::-1], str(b)[::-1]
+    width = max(len(da), len(db))
+    carry, cols = 0, []
+    for i in range(width):
+        x = int(da[i]) if i < len(da) else 0
+        y = int(db[i]) if i < len(db) else 0
+        total = x + y + carry
+        cols.append(f"{x}+{y}+{carry}={total:02d}")
+        carry = total // 10
+    return " ".join(cols) + f" ={a + b}"
+
+
+def extract_worked(response: str) -> str | None:
+    """The answer after the last ``=`` of a worked solution; None when it is not a number."""
+    if "=" not in response:
+        return None
+    s = response.rsplit("=", 1)[1].strip()
+    return normalize_number(s) if s.isdigit() else None
+
+
+def arithmetic_target_text(prompt: str, level: int) -> str:
+    """What a toy model is trained to answer to an arithmetic ``prompt`` of ``level``."""
+    body = prompt.rstrip("=")
+    op = "+" if "+" in body else "*"
+    a, b = (int(x) for x in body.split(op))
+    if ARITHMETIC_LEVELS[level][0] == "worked+":
+        return worked_solution(a, b)
+    return arithmetic_answer_text(a + b if op == "+" else a * b)
+
+
 def extract_arithmetic(response: str) -> str | None:
     """Inverse of :func:`arithmetic_answer_text`; None when the response is not digits."""
     s = response.strip()
@@ -99,6 +138,8 @@ def arithmetic_problem(rng: random.Random, level: int) -> tuple[int, str, int]:
     op, digits, (lo_b, hi_b) = ARITHMETIC_LEVELS[level]
     if op == "mix":
         return arithmetic_problem(rng, rng.choice([3, 4]))
+    if op == "worked+":
+        return rng.randint(lo_b, hi_b), "+", rng.randint(lo_b, hi_b)
     lo_a = 10 ** (digits - 1) if digits > 1 else 0
     a = rng.randint(lo_a, 10**digits - 1)
     b = rng.randint(max(lo_b, lo_a if op == "+" else lo_b), hi_b)
@@ -125,7 +166,8 @@ def arithmetic_prompt_set(n: int, *, level: int = 3, seed: int = 0, split: str =
         digits = ARITHMETIC_LEVELS[level][1] if ARITHMETIC_LEVELS[level][0] != "mix" else 3
         value = a + b if op == "+" else a * b
         problems.append(Problem(arithmetic_prompt(a, op, b, digits), str(value)))
-    return PromptSet(f"arithmetic-L{level}-{split}", problems, extract_arithmetic)
+    extract = extract_worked if ARITHMETIC_LEVELS[level][0] == "worked+" else extract_arithmetic
+    return PromptSet(f"arithmetic-L{level}-{split}", problems, extract)
 
 
 # --- GSM8K / MATH --------------------------------------------------------------------

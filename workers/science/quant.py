@@ -7,7 +7,10 @@ check round trips against the format's definition:
   error <= 2^-10 * scale below the smallest normal (2^-6 * scale).
 * FP8 E5M2 (max 57344, 2 mantissa bits): relative error <= 2^-3; absolute <= 2^-17 * scale
   below 2^-14 * scale.
-* INT8 / INT4 symmetric (levels -127..127 / -7..7): absolute error <= scale / 2.
+* INT8 symmetric, levels -127..127, scale amax / 127; INT4 as GPTQ / AWQ store it: 16
+  levels -8..7 (a 4-bit code 0..15 around zero point 8), scale 2 * amax / 15 so that
+  [-amax, amax] spans -7.5..7.5 steps (-amax rounds to -8; +amax saturates at 7, half a
+  step off).  Absolute error <= scale / 2 in both.
 """
 from __future__ import annotations
 
@@ -17,11 +20,14 @@ from .config import ConfigError
 
 FP8_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 FP8_MAX = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0}
-INT_MAX = {"int8": 127, "int4": 7}
+#: Integer levels (lowest, highest) and the amax-to-scale divisor of each INT format.
+INT_LEVELS = {"int8": (-127, 127), "int4": (-8, 7)}
+INT_SCALE_DIVISOR = {"int8": 127.0, "int4": 7.5}
 #: (mantissa bits, exponent of the smallest normal) per FP8 format, for the error bounds.
 FP8_SPEC = {"fp8_e4m3": (3, -6), "fp8_e5m2": (2, -14)}
 
 _TINY = 1e-12
+TINY = _TINY
 
 
 def _group_amax(w: torch.Tensor, granularity: str, block: int, two_d_blocks: bool) -> torch.Tensor:
@@ -70,9 +76,10 @@ def fake_quant_weight(w: torch.Tensor, fmt: str, granularity: str = "tensor", bl
         scale = amax / FP8_MAX[fmt]
         q = (w32 / scale).clamp(-FP8_MAX[fmt], FP8_MAX[fmt]).to(FP8_DTYPES[fmt]).float()
         return q * scale
-    if fmt in INT_MAX:
-        scale = amax / INT_MAX[fmt]
-        q = torch.round(w32 / scale).clamp(-INT_MAX[fmt], INT_MAX[fmt])
+    if fmt in INT_LEVELS:
+        lo, hi = INT_LEVELS[fmt]
+        scale = amax / INT_SCALE_DIVISOR[fmt]
+        q = torch.round(w32 / scale).clamp(lo, hi)
         return q * scale
     raise ConfigError(f"unknown weight format {fmt!r}")
 

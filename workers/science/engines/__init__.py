@@ -16,13 +16,15 @@ if TYPE_CHECKING:
 
 
 def build_engine(model_dir: str, cfg: RolloutConfig, device: str | torch.device = "auto",
-                 base_model: nn.Module | None = None, **vllm_kwargs) -> RolloutEngine:
+                 base_model: nn.Module | None = None, task: str | None = None, cache_dir: str | None = None,
+                 **vllm_kwargs) -> RolloutEngine:
     """The rollout engine ``cfg.engine`` names, with ``cfg`` applied.  ``base_model`` (hf only)
-    is an fp32 copy of the checkpoint the engine may perturb in place instead of loading it."""
+    is an fp32 copy of the checkpoint the engine may perturb in place instead of loading it;
+    ``task`` and ``cache_dir`` (hf only) choose the FP8 KV calibration set and where it is stored."""
     if cfg.engine == "hf":
         from .hf import HFEngine
 
-        return HFEngine(model_dir, cfg, device, base_model=base_model)
+        return HFEngine(model_dir, cfg, device, base_model=base_model, task=task, cache_dir=cache_dir)
     if cfg.engine == "vllm":
         from .vllm_engine import VLLMEngine
 

@@ -1,8 +1,12 @@
 """The one engine interface: ``sample`` (rollouts) and ``score`` (teacher-forced logprobs).
 
-Logprobs are *raw*: log-softmax of the model's logits before temperature / top-p (vLLM's
-``logprobs_mode="raw_logprobs"``), so a rollout engine and the trainer are compared on
-the same quantity whatever the sampling settings.
+Logprobs are taken under the sampling temperature on both sides, as trainers compute
+them (verl divides the logits by the temperature in the actor and in the rollout):
+``log_softmax(logits / T)`` (:data:`LOGPROB_TRANSFORM`).  Tokens are sampled from that
+same tempered distribution, so k1 / k3 estimate KL(rollout || trainer) of the distribution
+actually sampled.  Top-p is a sampling filter only: it is not applied to either side's
+logprobs (trainers do not apply it when they score).  Greedy decoding (T = 0) scores raw
+logprobs (T = 1).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ class Rollouts:
     prompt_ids: list[list[int]]
     tokens: torch.Tensor  # [B, L] int64, pad after EOS
     mask: torch.Tensor  # [B, L] bool
-    logprobs: torch.Tensor  # [B, L] float32, raw logprob of each sampled token
+    logprobs: torch.Tensor  # [B, L] float32, tempered logprob of each sampled token
     full_logprobs: torch.Tensor | None = None  # [B, L, V] float32 where the engine can
 
     def responses(self) -> list[list[int]]:
@@ -50,12 +54,22 @@ class RolloutEngine(Protocol):
     ) -> Rollouts: ...
 
     def score(
-        self, prompt_ids: Sequence[Sequence[int]], tokens: torch.Tensor, mask: torch.Tensor, return_full: bool = False
+        self, prompt_ids: Sequence[Sequence[int]], tokens: torch.Tensor, mask: torch.Tensor, return_full: bool = False,
+        temperature: float = 1.0,
     ) -> Scores: ...
 
     def info(self) -> dict: ...
 
     def close(self) -> None: ...
+
+
+#: What every engine's logprobs are, stated in reports.
+LOGPROB_TRANSFORM = "log_softmax(logits / T) on both sides (T = sampling temperature; T = 0 scores at T = 1); top-p filters sampling only"
+
+
+def logprob_temperature(sampling: SamplingConfig) -> float:
+    """The temperature logprobs are taken at: the sampling temperature, 1 for greedy."""
+    return sampling.temperature if sampling.temperature > 0 else 1.0
 
 
 #: vLLM takes per-request seeds in a 32-bit signed range; both engines use this modulus.

@@ -4,14 +4,15 @@ Mapping: ``dtype`` -> ``dtype``; ``weights: fp8_e4m3`` + ``weight_scale: tensor`
 ``activations: fp8_e4m3`` -> ``quantization="fp8"`` (vLLM's FP8 is W8A8 with per-tensor
 weight scales and dynamic activation scales; lm_head and embeddings stay BF16);
 ``kv_cache`` -> ``kv_cache_dtype``.  vLLM 0.32 takes KV scales from the checkpoint (else
-1.0) where the hf engine calibrates them on the prefill, so FP8 KV multiples of the two
-engines are not like for like.  Everything else is refused with a message naming what the
+1.0); the hf engine reads the same checkpoint scales, else uses scales calibrated once per
+checkpoint, so on a checkpoint without scales the two engines' FP8 KV results differ.  Everything else is refused with a message naming what the
 installed vLLM cannot run; use the ``hf`` engine for it.
 
 The engine core runs in this process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so
 callers need no ``__main__`` guard and daemonic Celery workers can use it; pass
 ``multiprocessing=True`` for vLLM's own child process (then the caller needs the guard).
-Returned logprobs are vLLM's raw logprobs of the sampled tokens (no full distributions).
+Returned logprobs are vLLM's ``processed_logprobs`` of the sampled tokens (after temperature;
+top-p must be 1, see :data:`~.base.LOGPROB_TRANSFORM`); no full distributions.
 """
 from __future__ import annotations
 
@@ -61,6 +62,9 @@ def vllm_unsupported(cfg: RolloutConfig, on_cpu: bool) -> list[str]:
             problems.append("kv_scale head: vLLM's FP8 KV cache uses per-tensor scales")
         if on_cpu and not ({"avx512f", "amx_tile"} & _cpu_flags()):
             problems.append(f"kv_cache {cfg.kv_cache}: vLLM's CPU backend needs AVX-512 or AMX for an FP8 KV cache")
+    if cfg.sampling.top_p < 1.0:
+        problems.append("top_p < 1: vLLM's processed logprobs are renormalised over the nucleus, which trainers do not do "
+                        "when they score; use top_p 1 or engine hf")
     if cfg.fp8_matmul == "scaled_mm":
         problems.append("fp8_matmul scaled_mm: vLLM chooses its own FP8 kernels")
     return problems
@@ -89,7 +93,7 @@ class VLLMEngine:
         from vllm import LLM
 
         kwargs = dict(model=model_dir, dtype=_DTYPES[cfg.dtype], seed=cfg.seed, enforce_eager=True,
-                      max_num_seqs=max_num_seqs, disable_log_stats=True)
+                      max_num_seqs=max_num_seqs, disable_log_stats=True, logprobs_mode="processed_logprobs")
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         if cfg.weights == "fp8_e4m3":
@@ -132,10 +136,14 @@ class VLLMEngine:
                 lps[i, t] = float(entry[tok].logprob)
         return Rollouts([list(p) for p in prompt_ids], tokens, mask, lps, None)
 
-    def score(self, prompt_ids, tokens: torch.Tensor, mask: torch.Tensor, return_full: bool = False) -> Scores:
-        """Teacher-forced logprobs of the given responses via ``prompt_logprobs``."""
+    def score(self, prompt_ids, tokens: torch.Tensor, mask: torch.Tensor, return_full: bool = False,
+              temperature: float = 1.0) -> Scores:
+        """Teacher-forced raw logprobs of the given responses via ``prompt_logprobs`` (T = 1 only:
+        vLLM applies no temperature to prompt logprobs)."""
         from vllm.inputs import TokensPrompt
 
+        if temperature != 1.0:
+            raise ConfigError("engine vllm scores prompt logprobs at temperature 1 only; score with the hf trainer")
         seqs = [list(p) + tokens[i][mask[i]].tolist() for i, p in enumerate(prompt_ids)]
         params = self._params(SamplingConfig(temperature=0.0, max_new_tokens=1), None, prompt_logprobs=0)
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)

@@ -8,9 +8,10 @@ import torch
 from torch import nn
 
 from ...config import RolloutConfig, SamplingConfig
-from ..base import Rollouts, Scores, special_token_ids
+from ..base import Rollouts, Scores, logprob_temperature, special_token_ids
 from .kv_cache import make_cache
-from .loading import resolve_device
+from .kv_scales import KvAmax, calibration_prompt_ids, static_kv_amax
+from .loading import load_model, load_tokenizer, resolve_device
 from .prepare import PreparedModel, prepare_rollout_model
 from .sampling import choose_tokens, left_pad, positions, prompt_uniforms
 
@@ -19,14 +20,23 @@ class HFEngine:
     """Rollouts and scoring with a transformers model on any device, every precision option.
 
     ``base_model`` is an fp32 copy of the checkpoint the caller gives up (a measurement
-    session hands its loaded weights over instead of reading the checkpoint again)."""
+    session hands its loaded weights over instead of reading the checkpoint again).  An FP8
+    KV cache gets static scales (:mod:`.kv_scales`): from the checkpoint, else calibrated on
+    ``task``'s calibration prompts and stored in ``cache_dir`` or beside the checkpoint."""
 
     name = "hf"
 
     def __init__(self, model_dir: str, cfg: RolloutConfig | None = None, device: str | torch.device = "auto",
-                 base_model: nn.Module | None = None) -> None:
+                 base_model: nn.Module | None = None, task: str | None = None, cache_dir: str | None = None) -> None:
         self.cfg = cfg or RolloutConfig(dtype="fp32")
         self.device = resolve_device(device)
+        self.kv_amax: KvAmax | None = None
+        if self.cfg.kv_cache != "none":
+            if base_model is None:
+                base_model = load_model(model_dir, self.device, torch.float32)
+            eos, pad = special_token_ids(base_model.config)
+            prompts = calibration_prompt_ids(model_dir, load_tokenizer(model_dir), task)
+            self.kv_amax = static_kv_amax(model_dir, base_model, prompts, eos, pad, cache_dir)
         self.prepared: PreparedModel | None = prepare_rollout_model(model_dir, self.cfg, self.device, base_model)
         self.model = self.prepared.model
         self.vocab_size = int(self.model.config.vocab_size)
@@ -46,6 +56,7 @@ class HFEngine:
             "kept_bf16": sorted(p.kept),
             "kv_fp8_layers": [i for i, f in enumerate(p.kv_formats) if f],
             "layers": len(p.kv_formats),
+            "kv_scales": self.kv_amax.info() if self.kv_amax is not None and any(p.kv_formats) else None,
         }
 
     @torch.no_grad()
@@ -55,7 +66,8 @@ class HFEngine:
         steps = sampling.max_new_tokens
         u = prompt_uniforms(seed, offset, b, steps)
         ids, attn = left_pad(prompt_ids, self.pad_token_id, self.device)
-        cache = make_cache(self.prepared.kv_formats, self.cfg.kv_scale)
+        cache = make_cache(self.prepared.kv_formats, self.cfg.kv_scale, self.kv_amax)
+        temperature = logprob_temperature(sampling)
         tokens = torch.full((b, steps), self.pad_token_id, dtype=torch.long, device=self.device)
         mask = torch.zeros((b, steps), dtype=torch.bool, device=self.device)
         lps = torch.zeros((b, steps), dtype=torch.float32, device=self.device)
@@ -66,7 +78,7 @@ class HFEngine:
         for t in range(steps):
             out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True)
             logits = out.logits[:, -1, :].float()
-            logp = torch.log_softmax(logits, dim=-1)
+            logp = torch.log_softmax(logits / temperature, dim=-1)
             nxt = choose_tokens(logits, sampling, u[:, t])
             alive = ~done
             tokens[:, t] = torch.where(alive, nxt, torch.full_like(nxt, self.pad_token_id))
@@ -88,7 +100,8 @@ class HFEngine:
 
     @torch.no_grad()
     def score(self, prompt_ids: Sequence[Sequence[int]], tokens: torch.Tensor, mask: torch.Tensor,
-              return_full: bool = False) -> Scores:
+              return_full: bool = False, temperature: float = 1.0) -> Scores:
+        """Teacher-forced logprobs of ``tokens`` under ``log_softmax(logits / temperature)``."""
         ids, attn = left_pad(prompt_ids, self.pad_token_id, self.device)
         p = ids.shape[1]
         resp = tokens.to(self.device)
@@ -96,7 +109,7 @@ class HFEngine:
         full_attn = torch.cat([attn, mask.to(self.device).long()], dim=1)
         out = self.model(input_ids=full_ids, attention_mask=full_attn, position_ids=positions(full_attn), use_cache=False)
         logits = out.logits[:, p - 1 : p - 1 + resp.shape[1], :].float()
-        logp = torch.log_softmax(logits, dim=-1)
+        logp = torch.log_softmax(logits / temperature, dim=-1)
         lp = logp.gather(-1, resp[..., None]).squeeze(-1) * mask.to(self.device)
         return Scores(lp.cpu(), logp if return_full else None)
 

@@ -1,5 +1,6 @@
 """The FP8 KV cache: keys and values pass through FP8 on their way into the cache, with
-scales calibrated on the first (prefill) states of each layer (vLLM's ``calculate_kv_scales``)."""
+static scales fixed per checkpoint (:mod:`.kv_scales`), as vLLM's ``k_scale`` / ``v_scale``:
+the same prompt gives the same result whatever batch it is measured in."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -7,35 +8,35 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from ...quant import fake_quant_kv, kv_scale_from
+from ...quant import fake_quant_kv
+from .kv_scales import KvAmax
 
 
 class Fp8KvCache(DynamicCache):
     """A :class:`DynamicCache` whose layer i stores keys and values rounded to
-    ``kv_formats[i]`` (None: unchanged); ``granularity`` is ``tensor`` or ``head``."""
+    ``kv_formats[i]`` (None: unchanged) with the static scales of ``amax``;
+    ``granularity`` is ``tensor`` or ``head``."""
 
-    def __init__(self, kv_formats: Sequence[str | None], granularity: str, **kwargs) -> None:
+    def __init__(self, kv_formats: Sequence[str | None], granularity: str, amax: KvAmax, **kwargs) -> None:
         super().__init__(**kwargs)
         self.kv_formats = list(kv_formats)
-        self.granularity = granularity
-        self.scales: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.scales: dict[int, tuple[torch.Tensor, torch.Tensor]] = {
+            i: amax.scales(i, fmt, granularity) for i, fmt in enumerate(self.kv_formats) if fmt is not None
+        }
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         fmt = self.kv_formats[layer_idx]
         if fmt is not None:
-            if layer_idx not in self.scales:
-                self.scales[layer_idx] = (
-                    kv_scale_from(key_states, fmt, self.granularity),
-                    kv_scale_from(value_states, fmt, self.granularity),
-                )
             ks, vs = self.scales[layer_idx]
-            key_states = fake_quant_kv(key_states, fmt, ks)
-            value_states = fake_quant_kv(value_states, fmt, vs)
+            key_states = fake_quant_kv(key_states, fmt, ks.to(key_states.device))
+            value_states = fake_quant_kv(value_states, fmt, vs.to(value_states.device))
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
 
-def make_cache(kv_formats: Sequence[str | None], granularity: str) -> DynamicCache:
-    """A plain cache when no layer uses FP8, else an :class:`Fp8KvCache`."""
+def make_cache(kv_formats: Sequence[str | None], granularity: str, amax: KvAmax | None = None) -> DynamicCache:
+    """A plain cache when no layer uses FP8, else an :class:`Fp8KvCache` with static scales."""
     if not any(kv_formats):
         return DynamicCache()
-    return Fp8KvCache(kv_formats, granularity)
+    if amax is None:
+        raise ValueError("an FP8 KV cache needs static scales (kv_scales.static_kv_amax)")
+    return Fp8KvCache(kv_formats, granularity, amax)

@@ -1,0 +1,102 @@
+"""Finding 2: FP8 KV results must not depend on the batch they are measured in."""
+import json
+import shutil
+
+import pytest
+import torch
+
+from workers.science.config import MismatchJobConfig, RolloutConfig, SamplingConfig
+from workers.science.engines.hf import HFEngine, load_model
+from workers.science.engines.hf.kv_scales import _MEMO, STORE_DIR_BESIDE_CHECKPOINT, calibrate_kv_amax
+from workers.science.mismatch import run_mismatch
+from workers.science.prompts import arithmetic_prompt_set
+from workers.science.toy import EOS_ID, PAD_ID, encode
+
+SAMPLING = SamplingConfig(temperature=1.0, max_new_tokens=8)
+FP8_KV = RolloutConfig(kv_cache="fp8_e4m3")
+
+
+@pytest.fixture
+def student_copy(student, tmp_path):
+    """A private copy of the student, so stored calibrations start from nothing."""
+    _MEMO.clear()
+    dst = tmp_path / "student"
+    shutil.copytree(student, dst, ignore=shutil.ignore_patterns(STORE_DIR_BESIDE_CHECKPOINT))
+    return str(dst)
+
+
+def per_token_logprobs(engine, prompts, bs):
+    out = torch.zeros(len(prompts), SAMPLING.max_new_tokens)
+    for s in range(0, len(prompts), bs):
+        r = engine.sample(prompts[s : s + bs], SAMPLING, seed=0, offset=s)
+        out[s : s + bs, : r.logprobs.shape[1]] = r.logprobs * r.mask
+    return out
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "head"])
+def test_fp8_kv_logprobs_are_identical_at_batch_sizes_1_16_64(student, granularity):
+    prompts = [encode(p.prompt) for p in arithmetic_prompt_set(64, level=1, seed=3)]
+    eng = HFEngine(student, RolloutConfig(kv_cache="fp8_e4m3", kv_scale=granularity), "cpu")
+    ref = HFEngine(student, RolloutConfig(), "cpu")
+    lp = {bs: per_token_logprobs(eng, prompts, bs) for bs in (1, 16, 64)}
+    assert torch.equal(lp[1], lp[16]) and torch.equal(lp[1], lp[64])
+    assert not torch.equal(lp[1], per_token_logprobs(ref, prompts, 64))  # and FP8 KV did something
+
+
+def test_the_multiple_is_the_same_at_every_batch_size(student):
+    def multiple(bs):
+        job = MismatchJobConfig(model=student, rollout=FP8_KV, prompts=64, batch_size=bs, device="cpu",
+                                reference_engine="hf", target_ci=0, bootstrap=100)
+        return run_mismatch(job)
+
+    runs = {bs: multiple(bs) for bs in (1, 16, 64)}
+    # the rollout side is bitwise the same; the fp32 trainer's scores may differ in the last bit across batch shapes
+    assert runs[1]["value"] == pytest.approx(runs[16]["value"], rel=1e-5)
+    assert runs[1]["value"] == pytest.approx(runs[64]["value"], rel=1e-5)
+    assert runs[1]["multiple"] == pytest.approx(runs[64]["multiple"], rel=1e-4)
+    assert runs[64]["engine"]["kv_scales"]["source"] in {"calibrated", "stored calibration"}
+
+
+def test_scales_are_calibrated_once_stored_beside_the_checkpoint_and_reused(student_copy, monkeypatch):
+    from workers.science.engines.hf import kv_scales
+
+    first = HFEngine(student_copy, FP8_KV, "cpu")
+    assert first.kv_amax.source == "calibrated"
+    stored = list((kv_scales.Path(student_copy) / STORE_DIR_BESIDE_CHECKPOINT).glob("kv-amax-*.json"))
+    assert len(stored) == 1 and first.kv_amax.path == str(stored[0])
+    _MEMO.clear()
+    monkeypatch.setattr(kv_scales, "calibrate_kv_amax", lambda *a, **k: pytest.fail("calibrated again"))
+    second = HFEngine(student_copy, FP8_KV, "cpu")
+    assert second.kv_amax.source == "stored calibration" and second.kv_amax.keys == first.kv_amax.keys
+
+
+def test_a_product_cache_dir_is_preferred(student_copy, tmp_path):
+    eng = HFEngine(student_copy, FP8_KV, "cpu", cache_dir=str(tmp_path / "cache"))
+    assert eng.kv_amax.path.startswith(str(tmp_path / "cache"))
+
+
+def test_calibration_excludes_padding(student):
+    """Prompts of different lengths in one batch give the amax of each prompt decoded alone."""
+    model = load_model(student, torch.device("cpu")).to(torch.bfloat16)
+    prompts = [encode("1+2="), encode("3+4="), encode("5=")]  # the last is shorter: left padding
+    together = calibrate_kv_amax(model, prompts, EOS_ID, PAD_ID, new_tokens=4)
+    alone = [calibrate_kv_amax(model, [p], EOS_ID, PAD_ID, new_tokens=4) for p in prompts]
+    for which in (0, 1):  # keys, values
+        for layer in range(len(together[which])):
+            expected = [max(a[which][layer][h] for a in alone) for h in range(len(together[which][layer]))]
+            assert together[which][layer] == pytest.approx(expected, rel=1e-2)
+
+
+def test_scales_in_the_checkpoint_are_read(student_copy):
+    from safetensors.torch import load_file, save_file
+
+    path = f"{student_copy}/model.safetensors"
+    state = load_file(path)
+    state["model.layers.0.self_attn.k_scale"] = torch.tensor(0.01)
+    state["model.layers.0.self_attn.v_scale"] = torch.tensor(0.02)
+    save_file(state, path, metadata={"format": "pt"})
+    eng = HFEngine(student_copy, FP8_KV, "cpu")
+    assert eng.kv_amax.source == "checkpoint"
+    ks, vs = eng.kv_amax.scales(0, "fp8_e4m3", "tensor")
+    assert float(ks) == pytest.approx(0.01) and float(vs) == pytest.approx(0.02)
+    assert json.dumps(eng.info()["kv_scales"])

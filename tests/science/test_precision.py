@@ -1,0 +1,91 @@
+"""Findings 1, 5 and 7: the unit is named, its own spread (the floor) is reported, prompts are
+sampled until the CI is tight enough or the budget is spent, and a ~0 reference is flagged."""
+import pytest
+
+from workers.science.config import MismatchJobConfig, RolloutConfig
+from workers.science.mismatch import next_round_size, relative_half_width, run_mismatch, stop_reason
+
+
+def job(student, **kw):
+    rollout = kw.pop("rollout", {})
+    fields = dict(model=student, rollout=RolloutConfig(**rollout), prompts=32, device="cpu", reference_engine="hf",
+                  bootstrap=300)
+    fields.update(kw)
+    return MismatchJobConfig(**fields)
+
+
+def test_the_stop_rule():
+    assert relative_half_width(10.0, [8.0, 13.0]) == pytest.approx(0.25)
+    assert relative_half_width(None, [1.0, 2.0]) is None and relative_half_width(2.0, None) is None
+    # precision first, then the budget, then the prompts; a target of 0 is one round
+    assert stop_reason(0.25, 0.25, 10, 100, 5, 50) == "precision"
+    assert stop_reason(0.30, 0.25, 100, 100, 5, 50) == "token budget"
+    assert stop_reason(0.30, 0.25, 10, 100, 50, 50) == "prompts exhausted"
+    assert stop_reason(None, 0.25, 10, 100, 5, 50) is None
+    assert stop_reason(0.30, 0.25, 99, 100, 49, 50) is None
+    assert stop_reason(5.0, 0.0, 0, 100, 1, 50) == "one round (target_ci 0)"
+    # the next round aims at the target (CI ~ 1/sqrt(n)), at least the first round, at most 3x what was measured
+    assert next_round_size(100, 0.5, 0.25, 32) == 300  # 100 * (4 - 1) * 1.1 = 330, capped at 3 * 100
+    assert next_round_size(100, 0.26, 0.25, 32) == 32
+    assert next_round_size(100, None, 0.25, 32) == 100
+
+
+def test_rounds_stop_when_the_ci_is_within_the_target(student):
+    r = run_mismatch(job(student, rollout={"noise_sigma": 0.1}, target_ci=0.25, max_tokens=10**6))
+    p = r["precision"]
+    assert p["stopped"] == "precision" and len(p["rounds"]) >= 2
+    assert p["relative_half_width"] <= 0.25
+    lo, hi = r["multiple_ci"]
+    assert (hi - lo) / 2 / r["multiple"] <= 0.25
+    assert r["prompts"] == p["rounds"][-1]["prompts"] > 32 and r["tokens"] == p["rounds"][-1]["tokens"]
+    assert 0 < p["top1pct_share"] <= 1
+    assert not [w for w in r["warnings"] if w.startswith("precision")]
+
+
+def test_a_spent_budget_stops_and_warns_that_the_ci_is_too_wide(student):
+    r = run_mismatch(job(student, rollout={"noise_sigma": 0.03}, target_ci=0.01, max_tokens=150))
+    assert r["precision"]["stopped"] == "token budget" and r["tokens"] >= 150
+    assert any(w.startswith("precision:") and "too wide to decide" in w for w in r["warnings"])
+
+
+def test_the_floor_is_the_units_own_spread_and_a_bf16_config_reports_it(student):
+    r = run_mismatch(job(student, target_ci=0, prompts=256))
+    assert r["identical_to_unit"] is True and r["multiple"] == 1.0  # the unit against itself, by identity ...
+    f = r["floor"]  # ... and the spread that identity hides: the unit under a second seed
+    assert f["seeds"] == [0, 1] and f["seed_multiple"] > 0 and f["seed_multiple"] != 1.0
+    assert 1.0 < f["value"] < 10.0 and f["value"] >= max(f["seed_multiple"], 1 / f["seed_multiple"])
+    assert r["unit"]["engine"] == "hf" and r["unit"]["versions"]["torch"]
+    assert r["units"]["hf"]["floor"] == f
+
+
+def test_a_multiple_inside_the_floor_is_flagged(student):
+    r = run_mismatch(job(student, rollout={"weights": "int8", "weight_scale": "channel"}, target_ci=0, prompts=128))
+    if r["multiple_ci"][0] <= r["floor"]["value"]:
+        assert any(w.startswith("floor:") for w in r["warnings"])
+
+
+def test_a_bf16_trainer_is_flagged(student):
+    r = run_mismatch(job(student, rollout={"weights": "fp8_e4m3"}, trainer_dtype="bf16", target_ci=0, prompts=64))
+    assert any("trainer_dtype bf16" in w for w in r["warnings"])
+    assert any(w.startswith("reference:") for w in r["warnings"]) == (abs(r["reference_value"]) < 1e-7)
+
+
+@pytest.mark.slow
+def test_the_default_unit_is_vllm_where_it_runs_and_both_units_can_be_reported(student):
+    from workers.science.preflight import vllm_importable
+
+    if vllm_importable() is not None:
+        pytest.skip("vLLM cannot be imported here")
+    cfg = MismatchJobConfig(model=student, rollout=RolloutConfig(weights="fp8_e4m3"), prompts=64, device="cpu",
+                            target_ci=0, bootstrap=200, compare_units=True)
+    r = run_mismatch(cfg)
+    assert r["unit"]["engine"] == "vllm" and "standard BF16 engine" in r["unit"]["why"]
+    assert r["unit"]["versions"]["vllm"]
+    assert set(r["units"]) == {"vllm", "hf"}
+    assert r["multiple"] == r["units"]["vllm"]["multiple"]
+    for u in r["units"].values():
+        assert u["floor"]["value"] > 1.0 and u["multiple"] > 0
+    f = r["unit_factor"]
+    # vllm multiple = hf multiple / (vllm unit / hf unit)
+    assert r["units"]["vllm"]["multiple"] == pytest.approx(r["units"]["hf"]["multiple"] / f["value"], rel=1e-6)
+    assert f["ci"][0] <= f["value"] <= f["ci"][1]
