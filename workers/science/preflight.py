@@ -207,7 +207,7 @@ def preflight(job: _JobConfig) -> Preflight:
     problems += unit_problems
     task = job.task
     if task == "auto":
-        from .toy import model_task
+        from .prompts import model_task
 
         toy = model_task(job.model)
         task = toy["task"] if toy else "arithmetic:3"

@@ -243,3 +243,13 @@ def resolve_prompt_set(task: str, n: int, seed: int) -> PromptSet:
         return arithmetic_prompt_set(n, level=level, seed=seed, split="test")
     ps = load_jsonl_prompt_set(task, limit=n)
     return ps
+
+
+#: A checkpoint directory names the task it was trained on in this file (toy models do).
+TASK_FILE = "opdweb_task.json"
+
+
+def model_task(model_dir: str) -> dict | None:
+    """The task a checkpoint names (``opdweb_task.json``), if any."""
+    p = Path(model_dir) / TASK_FILE
+    return json.loads(p.read_text()) if p.is_file() else None

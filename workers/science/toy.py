@@ -23,7 +23,7 @@ import torch
 from ._compat import hide_broken_vision_packages
 
 from .reporting import Cancelled, NullReporter, Reporter
-from .prompts import ARITHMETIC_LEVELS, LEVEL_MAX_NEW_TOKENS, arithmetic_prompt_set, arithmetic_target_text
+from .prompts import ARITHMETIC_LEVELS, LEVEL_MAX_NEW_TOKENS, TASK_FILE, arithmetic_prompt_set, arithmetic_target_text
 
 hide_broken_vision_packages()
 
@@ -32,7 +32,6 @@ SPECIALS = ["<pad>", "<eos>", "<unk>"]
 CHARS = list("0123456789+-*= ")
 VOCAB = SPECIALS + CHARS
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
-TASK_FILE = "opdweb_task.json"
 
 
 @dataclass(frozen=True)
@@ -224,9 +223,3 @@ def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = Non
     reporter.progress(1.0, "done")
     manifest["cached"] = False
     return manifest
-
-
-def model_task(model_dir: str) -> dict | None:
-    """The task a toy checkpoint was trained on (``opdweb_task.json``), if any."""
-    p = Path(model_dir) / TASK_FILE
-    return json.loads(p.read_text()) if p.is_file() else None

@@ -219,7 +219,7 @@ def calibration_prompt_ids(model_dir: str, tokenizer, task: str | None = None) -
     """The calibration prompts of a checkpoint: its arithmetic task's *training* split (never
     the held-out prompts a measurement samples), or the first prompts of a JSONL task."""
     from ...prompts import arithmetic_prompt_set, load_jsonl_prompt_set
-    from ...toy import model_task
+    from ...prompts import model_task
 
     if task in (None, "auto"):
         toy = model_task(model_dir)
