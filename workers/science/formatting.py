@@ -77,3 +77,17 @@ def format_drift(r: dict) -> str:
         _table(["prefix length", "identical fraction"], [[k, v] for k, v in r["identical_prefix_fraction"].items()]),
     ]
     return "\n".join(out)
+
+
+def format_training(r: dict) -> str:
+    t = r["time"]
+    lines = [
+        f"method    {r['method']}   model {r['model']}   task {r['task']}   steps {r['steps']}   async_k {r['async_k']}",
+        f"accuracy  {_num(r['start_accuracy'])} -> {_num(r['final_accuracy'])} (greedy, held-out)",
+        f"time      rollout {_num(t['rollout_s'])} s   teacher {_num(t['teacher_s'])} s   update {_num(t['update_s'])} s   "
+        f"eval {_num(t['eval_s'])} s   (overlapped, modelled: {_num(t['step_overlapped_s'])} s)   tokens {r['tokens']}",
+        f"checkpoint {r['checkpoint'] or '-'}",
+        "",
+        _table(["step", "accuracy"], [[e["step"], e["accuracy"]] for e in r["evals"]]),
+    ]
+    return "\n".join(lines)
