@@ -41,8 +41,8 @@ class TrainingConfig(_Strict):
     checkpoint_every: int = Field(0, ge=0, le=1_000_000, description="Save a checkpoint every N steps (0: only at the end and on cancel); needs out.")
     out: str | None = Field(None, max_length=1000, json_schema_extra={"sandbox": "product"},
                             description="Directory for checkpoints (checkpoint-STEP/ folders); set by the product for jobs.")
-    resume_from: str | None = Field(None, max_length=1000,
-                                    description="A checkpoint folder to continue from, or 'last' for the newest checkpoint in out (none there: start fresh).")
+    resume_from: str | None = Field("last", max_length=1000,
+                                    description="A checkpoint folder to continue from, or 'last' (default) for the newest checkpoint in out, so a job restarted after a worker loss continues; none there (or no out): start fresh.")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seeds prompts, sampling and per-step noise: a fixed seed repeats a run bit for bit on CPU.")
     trainer_dtype: ComputeDtype = Field("fp32", description="Master weights of the trainer copy (fp32 only for now).")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
@@ -56,8 +56,6 @@ class TrainingConfig(_Strict):
             raise ValueError("trainer_dtype: only fp32 master weights are supported for now")
         if self.checkpoint_every and not self.out:
             raise ValueError("checkpoint_every needs out (a directory for the checkpoints)")
-        if self.resume_from == "last" and not self.out:
-            raise ValueError("resume_from 'last' needs out (the directory holding the checkpoints)")
         return self
 
 

@@ -148,7 +148,8 @@ class OnPolicyTrainer:
         if rf is None:
             return None
         if rf == "last":
-            return last_checkpoint(self.config.out) if Path(self.config.out).is_dir() else None
+            out = self.config.out
+            return last_checkpoint(out) if out and Path(out).is_dir() else None
         p = Path(rf)
         if not p.is_dir():
             raise ConfigError(f"resume_from: checkpoint {rf!r} does not exist")
