@@ -189,3 +189,29 @@ def test_the_train_kind_is_registered_with_a_valid_example(student):
     cfg = TrainJobConfig.model_validate(kind.example(student))
     assert cfg.method_config().teacher == str(Path(student).parent / "teacher")
     assert kind.config.model_fields["teacher"].json_schema_extra == {"sandbox": "model"}
+    ttq = KINDS["time-to-quality"]
+    example = ttq.config.model_validate(ttq.example(student))
+    assert len(example.arms) == 2 and example.run_config(example.arms[1], 2).async_k == 1
+
+
+def test_time_to_quality_times_each_arm_to_the_target(learnable_student, teacher):
+    from workers.science.training.config import TimeToQualityConfig
+    from workers.science.training.time_to_quality import run_time_to_quality
+
+    cfg = TimeToQualityConfig(model=learnable_student, teacher=teacher, target=0.6, seeds=2, steps=20, batch_size=32,
+                              lr=3e-4, eval_every=2, eval_prompts=100, device="cpu")
+    rep = RecordingReporter()
+    r = run_time_to_quality(cfg, rep)
+    sync, fp8_async = r["arms"]
+    assert (sync["name"], fp8_async["name"], fp8_async["async_k"]) == ("bf16-sync", "fp8-async1", 1)
+    for arm in r["arms"]:
+        assert arm["reached_fraction"] == 1.0
+        for run in arm["runs"]:
+            assert run["reached"]["accuracy"] >= 0.6 and run["reached"]["step"] % 2 == 0
+    # Synchronous: nothing overlaps, the modelled time is the measured one; async overlap only saves time.
+    assert [x["reached"]["modelled_s"] for x in sync["runs"]] == [x["reached"]["measured_s"] for x in sync["runs"]]
+    assert all(x["reached"]["modelled_s"] < x["reached"]["measured_s"] for x in fp8_async["runs"])
+    assert sync["speedup_measured"]["mean"] == 1.0 and sync["speedup_measured"]["std"] == 0.0
+    ratios = [b["reached"]["measured_s"] / a["reached"]["measured_s"] for b, a in zip(sync["runs"], fp8_async["runs"])]
+    assert fp8_async["speedup_measured"]["mean"] == pytest.approx(sum(ratios) / 2)
+    assert {k for _, k, _ in rep.points} >= {"bf16-sync/seed0/eval/accuracy", "fp8-async1/seed1/train/loss"}

@@ -20,10 +20,10 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel
 
 from .config import DriftJobConfig, MismatchJobConfig, SensitivityJobConfig
-from .formatting import format_drift, format_mismatch, format_sensitivity, format_training
+from .formatting import format_drift, format_mismatch, format_sensitivity, format_time_to_quality, format_training
 from .reporting import Reporter
 from .selftest import SelftestConfig
-from .training.config import TrainJobConfig
+from .training.config import TimeToQualityConfig, TrainJobConfig
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,16 @@ register(JobKind(
                              "loss": "full", "rollout": _FP8_W_KV, "steps": 100, "batch_size": 64, "lr": 1e-4,
                              "eval_every": 10, "device": "auto"},
     formatter=format_training,
+))
+register(JobKind(
+    name="time-to-quality",
+    config=TimeToQualityConfig,
+    entry="workers.science.training.time_to_quality:run_time_to_quality",
+    queue="gpu",
+    time_limit_s=24 * 3600,
+    example=lambda student: {"model": student, "teacher": str(Path(student).parent / "teacher"), "method": "opd",
+                             "target": 0.5, "seeds": 3, "steps": 200, "eval_every": 5, "device": "auto"},
+    formatter=format_time_to_quality,
 ))
 
 __all__ = ["KINDS", "CliOption", "JobKind", "UnknownJobKind", "get_kind", "register"]

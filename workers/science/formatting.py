@@ -91,3 +91,18 @@ def format_training(r: dict) -> str:
         _table(["step", "accuracy"], [[e["step"], e["accuracy"]] for e in r["evals"]]),
     ]
     return "\n".join(lines)
+
+
+def format_time_to_quality(r: dict) -> str:
+    rows = []
+    for a in r["arms"]:
+        m, o = a["measured_s"], a["modelled_s"]
+        sm, so = a["speedup_measured"], a["speedup_modelled"]
+        rows.append([a["name"], a["async_k"], a["reached_fraction"], m["mean"], m["std"], o["mean"], sm["mean"], sm["std"],
+                     so["mean"], so["std"]])
+    return "\n".join([
+        f"time to {r['target']:.1%} held-out accuracy, {r['method']}, {r['seeds']} seeds; speed-up = "
+        f"time({r['baseline']}) / time(arm), seeds paired; modelled = rollout overlapped with the update where async",
+        "",
+        _table(["arm", "async_k", "reached", "measured s", "sd", "modelled s", "speed-up", "sd", "modelled speed-up", "sd"], rows),
+    ])

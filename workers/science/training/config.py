@@ -144,6 +144,60 @@ def _problem_line(err: dict) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
+class TrainingArm(_Strict):
+    """One training config of a time-to-quality comparison: its rollout engine and staleness."""
+
+    name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.+-]+$")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    async_k: int = Field(0, ge=0, le=64)
+
+
+def _default_arms() -> list[TrainingArm]:
+    # The paper's comparison: synchronous BF16 against FP8 weights and KV cache with one step of staleness.
+    fp8 = RolloutConfig(weights="fp8_e4m3", weight_scale="channel", kv_cache="fp8_e4m3")
+    return [TrainingArm(name="bf16-sync"), TrainingArm(name="fp8-async1", rollout=fp8, async_k=1)]
+
+
+class TimeToQualityConfig(_Strict):
+    """Time to a target accuracy: two or more training configs, several seeds each."""
+
+    model: str = TrainingConfig.model_fields["model"]
+    teacher: str | None = _OPDFields.model_fields["teacher"]
+    method: Method = Field("opd", description="'opd' or 'grpo', the same for every arm.")
+    loss: OPDLoss = _OPDFields.model_fields["loss"]
+    task: str = TrainingConfig.model_fields["task"]
+    arms: list[TrainingArm] = Field(default_factory=_default_arms, min_length=2, max_length=8,
+                                    description="The configs compared; the first is the baseline of the ratios.")
+    seeds: int = Field(3, ge=1, le=16, description="Runs per arm, seeds 0..seeds-1 (paired across arms).")
+    target: float = Field(..., gt=0.0, le=1.0, description="Held-out greedy accuracy to reach.")
+    steps: int = Field(200, ge=1, le=1_000_000, description="Most steps of one run; a run that does not reach the target by then counts as not reached.")
+    batch_size: int = TrainingConfig.model_fields["batch_size"]
+    lr: float | None = TrainJobConfig.model_fields["lr"]
+    warmup_steps: int = TrainingConfig.model_fields["warmup_steps"]
+    eval_every: int = Field(5, ge=1, le=1_000_000, description="Evaluate every N steps (the resolution of the time to target).")
+    eval_prompts: int = TrainingConfig.model_fields["eval_prompts"]
+    device: str = TrainingConfig.model_fields["device"]
+    threads: int | None = TrainingConfig.model_fields["threads"]
+
+    @model_validator(mode="after")
+    def _arms_valid(self) -> "TimeToQualityConfig":
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"arms: names must be unique, got {names}")
+        for arm in self.arms:
+            self.run_config(arm, 0)
+        return self
+
+    def run_config(self, arm: TrainingArm, seed: int) -> OPDConfig | GRPOConfig:
+        """The training config of one run: the shared fields, the arm's rollout and staleness, the seed."""
+        values = {k: getattr(self, k) for k in ("model", "task", "steps", "batch_size", "lr", "warmup_steps",
+                                                 "eval_every", "eval_prompts", "device", "threads") if getattr(self, k) is not None}
+        if self.method == "opd":
+            values.update(teacher=self.teacher, loss=self.loss)
+        values.update(method=self.method, rollout=arm.rollout, async_k=arm.async_k, seed=seed, resume_from=None)
+        return TrainJobConfig.model_validate(values).method_config()
+
+
 def training_config(values: dict) -> OPDConfig | GRPOConfig:
     """A method config from a plain mapping with a ``method`` key; an unknown method or an
     invalid field is a :class:`ConfigError` naming it."""
@@ -158,4 +212,4 @@ def training_config(values: dict) -> OPDConfig | GRPOConfig:
         raise ConfigError("; ".join(describe_validation_error(exc))) from None
 
 
-__all__ = ["GRPOConfig", "OPDConfig", "TrainJobConfig", "TrainingConfig", "training_config"]
+__all__ = ["GRPOConfig", "OPDConfig", "TimeToQualityConfig", "TrainJobConfig", "TrainingArm", "TrainingConfig", "training_config"]
