@@ -43,7 +43,7 @@ def main() -> int:
     from workers.science.training.trainer import response_logprobs
 
     cfg = OPDConfig(model=args.student, teacher=args.teacher, steps=args.steps + 1, batch_size=args.batch,
-                    eval_every=0, device=args.device, resume_from=None)
+                    eval_every=0, device=args.device, resume=False)
     tr = OPDTrainer(cfg)
     step_s = []
     for i in range(args.steps + 1):

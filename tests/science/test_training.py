@@ -127,7 +127,7 @@ def test_resume_last_in_an_empty_out_starts_fresh_and_a_rerun_continues(learnabl
     first = run_training(opd(learnable_student, teacher, steps=1, out=str(tmp_path)))
     assert first["steps"] == 1 and first["start_accuracy"] is not None
     rep = RecordingReporter()
-    again = run_training(opd(learnable_student, teacher, steps=2, out=str(tmp_path)), rep)  # resume_from "last"
+    again = run_training(opd(learnable_student, teacher, steps=2, out=str(tmp_path)), rep)  # resume: continue from out
     assert {s for s, _, _ in rep.points} == {2} and again["start_accuracy"] == first["start_accuracy"]
     with pytest.raises(ConfigError, match=r"different config \(lr\)"):
         run_training(opd(learnable_student, teacher, steps=3, lr=1e-3, out=str(tmp_path)))
@@ -142,7 +142,7 @@ def test_cancel_stops_within_one_step_and_leaves_a_usable_checkpoint(learnable_s
     assert max(s for s, _, _ in rep.points) == 3
     ckpt = tmp_path / "checkpoint-000003"
     AutoModelForCausalLM.from_pretrained(ckpt)  # an ordinary Hugging Face folder
-    report = run_training(opd(learnable_student, teacher, steps=4, out=str(tmp_path), resume_from="last"))
+    report = run_training(opd(learnable_student, teacher, steps=4, out=str(tmp_path)))
     assert report["steps"] == 4
 
 

@@ -41,8 +41,9 @@ class TrainingConfig(_Strict):
     checkpoint_every: int = Field(0, ge=0, le=1_000_000, description="Save a checkpoint every N steps (0: only at the end and on cancel); needs out.")
     out: str | None = Field(None, max_length=1000, json_schema_extra={"sandbox": "product"},
                             description="Directory for checkpoints (checkpoint-STEP/ folders); set by the product for jobs.")
-    resume_from: str | None = Field("last", max_length=1000,
-                                    description="A checkpoint folder to continue from, or 'last' (default) for the newest checkpoint in out, so a job restarted after a worker loss continues; none there (or no out): start fresh.")
+    resume: bool = Field(True, description="Continue from the newest checkpoint in out when there is one (a job restarted after a worker loss continues); none there, or no out: start fresh.")
+    resume_from: str | None = Field(None, max_length=1000, json_schema_extra={"sandbox": "model"},
+                                    description="A checkpoint folder (checkpoint-STEP/) to continue from; overrides resume.")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seeds prompts, sampling and per-step noise: a fixed seed repeats a run bit for bit on CPU.")
     trainer_dtype: ComputeDtype = Field("fp32", description="Master weights of the trainer copy (fp32 only for now).")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
@@ -194,7 +195,7 @@ class TimeToQualityConfig(_Strict):
                                                  "eval_every", "eval_prompts", "device", "threads") if getattr(self, k) is not None}
         if self.method == "opd":
             values.update(teacher=self.teacher, loss=self.loss)
-        values.update(method=self.method, rollout=arm.rollout, async_k=arm.async_k, seed=seed, resume_from=None)
+        values.update(method=self.method, rollout=arm.rollout, async_k=arm.async_k, seed=seed, resume=False)
         return TrainJobConfig.model_validate(values).method_config()
 
 

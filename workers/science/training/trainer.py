@@ -48,7 +48,7 @@ STATE_JSON = "trainer_state.json"
 #: Held-out problems are drawn with this seed whatever the run's seed, so seeds compare on one set.
 EVAL_SEED = 1234
 #: Fields that may change when a run is resumed; any other difference is refused.
-RESUMABLE_CHANGES = {"steps", "out", "resume_from", "device", "threads", "eval_every", "eval_prompts", "checkpoint_every"}
+RESUMABLE_CHANGES = {"steps", "out", "resume", "resume_from", "device", "threads", "eval_every", "eval_prompts", "checkpoint_every"}
 
 
 def checkpoint_dir(out: str | Path, step: int) -> Path:
@@ -144,12 +144,9 @@ class OnPolicyTrainer:
         return level, (toy or {}).get("max_new_tokens")
 
     def _resolve_resume(self) -> Path | None:
-        rf = self.config.resume_from
+        rf, out = self.config.resume_from, self.config.out
         if rf is None:
-            return None
-        if rf == "last":
-            out = self.config.out
-            return last_checkpoint(out) if out and Path(out).is_dir() else None
+            return last_checkpoint(out) if self.config.resume and out and Path(out).is_dir() else None
         p = Path(rf)
         if not p.is_dir():
             raise ConfigError(f"resume_from: checkpoint {rf!r} does not exist")
@@ -348,7 +345,7 @@ class OnPolicyTrainer:
         return str(final)
 
     def _load_state(self, path: Path) -> None:
-        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
+        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
         saved, now = state["config"], self.config.model_dump(mode="json")
         changed = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))
         if changed:
