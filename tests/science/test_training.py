@@ -215,3 +215,33 @@ def test_time_to_quality_times_each_arm_to_the_target(learnable_student, teacher
     ratios = [b["reached"]["measured_s"] / a["reached"]["measured_s"] for b, a in zip(sync["runs"], fp8_async["runs"])]
     assert fp8_async["speedup_measured"]["mean"] == pytest.approx(sum(ratios) / 2)
     assert {k for _, k, _ in rep.points} >= {"bf16-sync/seed0/eval/accuracy", "fp8-async1/seed1/train/loss"}
+
+
+class _WorkerLost(Exception):
+    pass
+
+
+class _DiesAtStep(RecordingReporter):
+    """A worker lost in the middle of a step's logging (after the checkpoint before it)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__()
+        self.step = step
+
+    def log(self, step, values):
+        if step == self.step:
+            raise _WorkerLost(step)
+        super().log(step, values)
+
+
+def test_a_run_lost_mid_way_resumes_from_the_last_checkpoint_on_the_same_trajectory(learnable_student, teacher, tmp_path):
+    kw = dict(steps=6, checkpoint_every=2, rollout=RolloutConfig(noise_sigma=0.05))
+    whole = RecordingReporter()
+    run_training(opd(learnable_student, teacher, out=str(tmp_path / "whole"), **kw), whole)
+    lost = _DiesAtStep(5)
+    with pytest.raises(_WorkerLost):
+        run_training(opd(learnable_student, teacher, out=str(tmp_path / "run"), **kw), lost)
+    again = RecordingReporter()
+    run_training(opd(learnable_student, teacher, out=str(tmp_path / "run"), **kw), again)  # the restarted attempt
+    assert min(s for s, _, _ in again.points) == 5  # from checkpoint-000004, not from the start
+    assert [p for p in trace(lost) if p[0] <= 4] + trace(again) == trace(whole)
