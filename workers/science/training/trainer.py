@@ -273,10 +273,10 @@ class OnPolicyTrainer:
         return [self.tokenizer.decode(r, skip_special_tokens=True) for r in rollouts.responses()]
 
     def rewards(self, problems: Sequence[Problem], rollouts: Rollouts) -> torch.Tensor:
-        """Exact-match reward per sequence (1 correct, 0 not)."""
-        from ..prompts import PromptSet, extract_arithmetic
+        """Exact-match reward per sequence (1 correct, 0 not), graded by the task's own rule."""
+        from ..prompts import PromptSet
 
-        graded = PromptSet("batch", list(problems), extract_arithmetic).grade(self.decode(rollouts))
+        graded = PromptSet("batch", list(problems), self.eval_set.extract).grade(self.decode(rollouts))
         return torch.tensor(graded, dtype=torch.float32)
 
     def correction_weights(self, lp_train: torch.Tensor, lp_roll: torch.Tensor, mask: torch.Tensor, kind: str,
