@@ -245,3 +245,12 @@ def test_a_run_lost_mid_way_resumes_from_the_last_checkpoint_on_the_same_traject
     run_training(opd(learnable_student, teacher, out=str(tmp_path / "run"), **kw), again)  # the restarted attempt
     assert min(s for s, _, _ in again.points) == 5  # from checkpoint-000004, not from the start
     assert [p for p in trace(lost) if p[0] <= 4] + trace(again) == trace(whole)
+
+
+def test_topk_loss_with_sequence_masking_runs_and_traces_the_masked_fraction(learnable_student, teacher):
+    rep = RecordingReporter()
+    run_training(opd(learnable_student, teacher, steps=2, loss="topk", top_k=4, correction="mask", mask_upper=1.5,
+                     rollout=RolloutConfig(noise_sigma=0.3)), rep)
+    last = {k: v for s, k, v in rep.points if s == 2}
+    assert 0.0 <= last["is/masked_fraction"] <= 1.0 and last["train/reverse_kl_topk"] >= 0.0
+    assert last["mismatch/multiple"] > 1.0  # noise 0.3 is far from the BF16 engine
