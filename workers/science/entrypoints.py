@@ -13,15 +13,17 @@ module imports no torch.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel
 
 from .config import DriftJobConfig, MismatchJobConfig, SensitivityJobConfig
-from .formatting import format_drift, format_mismatch, format_sensitivity
+from .formatting import format_drift, format_mismatch, format_sensitivity, format_time_to_quality, format_training
 from .reporting import Reporter
 from .selftest import SelftestConfig
+from .training.config import TimeToQualityConfig, TrainJobConfig
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,29 @@ register(JobKind(
     example=lambda student: {"model": student, "rollout": {"noise_sigma": 0.1}, "prompts": 128,
                              "max_new_tokens": 16},
     formatter=format_drift,
+))
+register(JobKind(
+    name="train",
+    config=TrainJobConfig,
+    entry="workers.science.training.job:run_training",
+    queue="gpu",
+    time_limit_s=8 * 3600,
+    resumable=True,
+    max_attempts=3,
+    example=lambda student: {"model": student, "teacher": str(Path(student).parent / "teacher"), "method": "opd",
+                             "loss": "full", "rollout": _FP8_W_KV, "steps": 100, "batch_size": 64, "lr": 1e-4,
+                             "eval_every": 10, "device": "auto"},
+    formatter=format_training,
+))
+register(JobKind(
+    name="time-to-quality",
+    config=TimeToQualityConfig,
+    entry="workers.science.training.time_to_quality:run_time_to_quality",
+    queue="gpu",
+    time_limit_s=24 * 3600,
+    example=lambda student: {"model": student, "teacher": str(Path(student).parent / "teacher"), "method": "opd",
+                             "target": 0.5, "seeds": 3, "steps": 200, "eval_every": 5, "device": "auto"},
+    formatter=format_time_to_quality,
 ))
 
 __all__ = ["KINDS", "CliOption", "JobKind", "UnknownJobKind", "get_kind", "register"]

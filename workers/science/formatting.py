@@ -111,3 +111,32 @@ def format_drift(r: dict) -> str:
         _table(["prefix length", "identical fraction"], [[k, v] for k, v in r["identical_prefix_fraction"].items()]),
     ]
     return "\n".join(out)
+
+
+def format_training(r: dict) -> str:
+    t = r["time"]
+    lines = [
+        f"method    {r['method']}   model {r['model']}   task {r['task']}   steps {r['steps']}   async_k {r['async_k']}",
+        f"accuracy  {_num(r['start_accuracy'])} -> {_num(r['final_accuracy'])} (greedy, held-out)",
+        f"time      rollout {_num(t['rollout_s'])} s   teacher {_num(t['teacher_s'])} s   update {_num(t['update_s'])} s   "
+        f"eval {_num(t['eval_s'])} s   (overlapped, modelled: {_num(t['step_overlapped_s'])} s)   tokens {r['tokens']}",
+        f"checkpoint {r['checkpoint'] or '-'}",
+        "",
+        _table(["step", "accuracy"], [[e["step"], e["accuracy"]] for e in r["evals"]]),
+    ]
+    return "\n".join(lines)
+
+
+def format_time_to_quality(r: dict) -> str:
+    rows = []
+    for a in r["arms"]:
+        m, o = a["measured_s"], a["modelled_s"]
+        sm, so = a["speedup_measured"], a["speedup_modelled"]
+        rows.append([a["name"], a["async_k"], a["reached_fraction"], m["mean"], m["std"], o["mean"], sm["mean"], sm["std"],
+                     so["mean"], so["std"]])
+    return "\n".join([
+        f"time to {r['target']:.1%} held-out accuracy, {r['method']}, {r['seeds']} seeds; speed-up = "
+        f"time({r['baseline']}) / time(arm), seeds paired; modelled = rollout overlapped with the update where async",
+        "",
+        _table(["arm", "async_k", "reached", "measured s", "sd", "modelled s", "speed-up", "sd", "modelled speed-up", "sd"], rows),
+    ])
