@@ -38,7 +38,7 @@ from ..engines.hf import HFEngine, check_model_path, check_weight_blocks, load_m
 from ..engines.hf.sampling import left_pad, positions
 from ..prompts import ARITHMETIC_LEVELS, Problem, arithmetic_prompt_set
 from ..reporting import Cancelled, NullReporter, Reporter
-from ..toy import TASK_FILE, model_task
+from ..prompts import TASK_FILE, model_task
 from . import losses
 from .config import TrainingConfig
 
