@@ -27,6 +27,7 @@ OPDWEB_MODEL_ROOTS = [Path(p) for p in env.list("OPDWEB_MODEL_ROOTS", default=[s
 OPDWEB_DATA_ROOTS = [Path(p) for p in env.list("OPDWEB_DATA_ROOTS", default=[str(DATA_DIR / "data")])]
 OPDWEB_ALLOW_HUB = env.bool("OPDWEB_ALLOW_HUB", default=False)
 REFERENCE_CACHE_DIR = DATA_DIR / "cache" / "bf16-references"
+RUNS_DIR = DATA_DIR / "runs"  # one directory per job for what it writes (training checkpoints)
 
 INSTALLED_APPS = [
     "daphne",

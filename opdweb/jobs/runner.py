@@ -163,7 +163,7 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
     sink = TraceSink(job.pk, publish=lambda messages: live.publish(job.pk, messages))
     reporter = JobReporter(job, sink, deadline)
     try:
-        config = kind.config.model_validate(confine(kind.config, job.config, product=product_values()))
+        config = kind.config.model_validate(confine(kind.config, job.config, product=product_values(job)))
         log.info("job %s (%s) attempt %s started on %s", job.pk, job.kind, attempt, job.worker)
         result = kind.run(config, reporter)
         sink.close()

@@ -77,9 +77,17 @@ def confine_data(value: str) -> str:
     return str(real)
 
 
-def product_values() -> dict:
-    """What the product fills in for the worker: the fields marked ``product``."""
-    return {"cache_dir": str(settings.REFERENCE_CACHE_DIR)}
+def run_dir(job) -> Path:
+    """The job's own directory for what it writes (training checkpoints): the same for every
+    attempt of the job, so a requeued attempt resumes there, and named by the job's creation
+    time too, so a job of a reset database never finds another's checkpoints."""
+    return settings.RUNS_DIR / f"job-{job.pk}-{job.created_at:%Y%m%dT%H%M%S%f}"
+
+
+def product_values(job) -> dict:
+    """What the product fills in for the worker, for the fields a schema marks ``product``:
+    the shared cache of BF16 references and KV scales, and the job's run directory."""
+    return {"cache_dir": str(settings.REFERENCE_CACHE_DIR), "out": str(run_dir(job))}
 
 
 def confine(config_model: type[BaseModel], config: dict, *, product: dict | None = None) -> dict:

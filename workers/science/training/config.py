@@ -70,8 +70,6 @@ class TrainingConfig(_Strict):
                              "in training use async_k for stale rollouts")
         if self.trainer_dtype != "fp32":
             raise ValueError("trainer_dtype: only fp32 master weights are supported for now")
-        if self.checkpoint_every and not self.out:
-            raise ValueError("checkpoint_every needs out (a directory for the checkpoints)")
         return self
 
 
@@ -150,12 +148,16 @@ class TrainJobConfig(_GRPOFields, _OPDFields, TrainingConfig):
 
     def method_config(self) -> OPDConfig | GRPOConfig:
         """This job as its method's own config (which does all the method's validation);
-        a field set here that the method does not take is refused."""
+        a field set here, to other than its default, that the method does not take is refused."""
         cls = _METHOD_CONFIGS[self.method]
-        values = {k: getattr(self, k) for k in self.model_fields_set}
-        foreign = sorted(k for k in values if k not in cls.model_fields and k != "method")
+        fields = type(self).model_fields
+        values = {k: getattr(self, k) for k in self.model_fields_set if k != "method"}
+        others = {k: v for k, v in values.items() if k not in cls.model_fields}
+        # Another method's field at its default is what a stored (normalised) config holds: not a choice.
+        foreign = sorted(k for k, v in others.items() if v != fields[k].get_default(call_default_factory=True))
         if foreign:
             raise ValueError(f"{', '.join(foreign)}: not used by method {self.method!r}")
+        values = {k: v for k, v in values.items() if k not in others}
         if values.get("lr") is None:
             values.pop("lr", None)
         values["method"] = self.method
