@@ -101,9 +101,10 @@ class MeasurementSession:
         self.unit_reason = checked.unit_reason
 
     @classmethod
-    def open(cls, job: _JobConfig, reporter: Reporter | None = None) -> "MeasurementSession":
-        """A session for ``job``, refused before anything is loaded when the job cannot run."""
-        return cls(job, reporter)
+    def open(cls, job: _JobConfig, reporter: Reporter | None = None, checked=None) -> "MeasurementSession":
+        """A session for ``job``, refused before anything is loaded when the job cannot run
+        (``checked``: its preflight, where the caller already ran it)."""
+        return cls(job, reporter, checked)
 
     def extend_prompts(self, n: int) -> int:
         """Make the first ``n`` prompts of the task available (prompt sets are prefix-stable:
@@ -120,7 +121,9 @@ class MeasurementSession:
             raise ConfigError(str(exc)) from None
         self.prompt_set = ps
         texts = ps.prompts()
-        self.prompt_ids += [self.tokenizer(p, add_special_tokens=True).input_ids for p in texts[len(self.prompt_ids):]]
+        new = texts[len(self.prompt_ids):]
+        if new:  # one batched call: the fast tokenizer encodes a list in one pass
+            self.prompt_ids += [list(ids) for ids in self.tokenizer(new, add_special_tokens=True).input_ids]
         return len(self.prompt_ids)
 
     def elapsed(self) -> float:
@@ -418,13 +421,15 @@ def unit_block(session, name: str, ref: Measurement, floor: dict, m: Measurement
             "reference_tokens": ref.records.tokens, "multiple": known[1], "multiple_ci": known[2], "floor": floor}
 
 
-def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_path: str | Path | None = None) -> dict:
-    """Admission measurement of ``cfg.rollout`` on ``cfg.model``; JSON-serialisable report."""
+def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_path: str | Path | None = None,
+                 checked=None) -> dict:
+    """Admission measurement of ``cfg.rollout`` on ``cfg.model``; JSON-serialisable report
+    (``checked``: the config's preflight, where the caller already ran it)."""
     from .capacity import kv_capacity
     from .engines.base import LOGPROB_TRANSFORM
     from .metrics import finite_or_none, json_safe, metric_values, multiple_with_ci, summarize
 
-    session = MeasurementSession.open(cfg, reporter)
+    session = MeasurementSession.open(cfg, reporter, checked)
     reporter, rollout = session.reporter, session.rollout
     metric, n_boot, seed = cfg.metric, cfg.bootstrap, cfg.seed_effective
     ref_cfg = session.reference_config()

@@ -5,6 +5,7 @@ task-specific answer extractor, so grading is exact and the same for every calle
 """
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -148,6 +149,14 @@ def arithmetic_problem(rng: random.Random, level: int) -> tuple[int, str, int]:
 
 def arithmetic_prompt_set(n: int, *, level: int = 3, seed: int = 0, split: str = "test") -> PromptSet:
     """``n`` seeded problems of a difficulty ``level``; ``split`` 'train' or 'test' (held out)."""
+    extract = extract_worked if level in ARITHMETIC_LEVELS and ARITHMETIC_LEVELS[level][0] == "worked+" else extract_arithmetic
+    return PromptSet(f"arithmetic-L{level}-{split}", list(_arithmetic_problems(n, level, seed, split)), extract)
+
+
+@functools.lru_cache(maxsize=64)
+def _arithmetic_problems(n: int, level: int, seed: int, split: str) -> tuple[Problem, ...]:
+    """The problems of :func:`arithmetic_prompt_set`, drawn once per process (a job asks
+    for the same set in its checks, its measurement and its extensions)."""
     if level not in ARITHMETIC_LEVELS:
         raise ValueError(f"unknown arithmetic level {level}; known: {sorted(ARITHMETIC_LEVELS)}")
     if split not in {"train", "test"}:
@@ -166,8 +175,7 @@ def arithmetic_prompt_set(n: int, *, level: int = 3, seed: int = 0, split: str =
         digits = ARITHMETIC_LEVELS[level][1] if ARITHMETIC_LEVELS[level][0] != "mix" else 3
         value = a + b if op == "+" else a * b
         problems.append(Problem(arithmetic_prompt(a, op, b, digits), str(value)))
-    extract = extract_worked if ARITHMETIC_LEVELS[level][0] == "worked+" else extract_arithmetic
-    return PromptSet(f"arithmetic-L{level}-{split}", problems, extract)
+    return tuple(problems)
 
 
 # --- GSM8K / MATH --------------------------------------------------------------------

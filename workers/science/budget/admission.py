@@ -58,7 +58,7 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
     if problems:
         raise ConfigError("; ".join(problems))
 
-    report = run_mismatch(measurement, reporter)
+    report = run_mismatch(measurement, reporter, checked=checked)
     decision = decide(report["multiple"], report["multiple_ci"], spec.budget, spec.status, report["prompts"])
     reporter.log(report["prompts"], {"admission/multiple": report["multiple"] or 0.0,
                                      "admission/budget": spec.budget or 0.0,
