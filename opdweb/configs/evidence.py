@@ -1,0 +1,31 @@
+"""The jobs that ran a config, and the admission check an approval rests on.
+
+A job used a config when its ``config["rollout"]`` has the config's hash.  PostgreSQL
+first keeps the team's jobs whose rollout is contained in the canonical config (every key
+a job wrote has the record's value: a necessary condition, on the jsonb index path), and
+the hash decides among those (a key a job left out must default to the record's value).
+"""
+from __future__ import annotations
+
+from opdweb.configs.canonical import hash_of_rollout
+from opdweb.configs.models import RolloutConfigRecord
+from opdweb.jobs.models import Job, JobState
+
+ADMISSION_KIND = "admission"
+
+
+def jobs_using(record: RolloutConfigRecord, **filters) -> list[Job]:
+    candidates = (Job.objects.filter(team_id=record.team_id, config__rollout__contained_by=record.config, **filters)
+                  .select_related("created_by").order_by("-created_at", "-pk"))
+    return [job for job in candidates if hash_of_rollout(job.config.get("rollout")) == record.config_hash]
+
+
+def latest_admission_check(record: RolloutConfigRecord, checkpoint: str) -> Job | None:
+    """The newest succeeded admission job of exactly this config on this checkpoint."""
+    checks = jobs_using(record, kind=ADMISSION_KIND, state=JobState.SUCCEEDED, config__model=checkpoint)
+    return checks[0] if checks else None
+
+
+def verdict_of(job: Job | None) -> str | None:
+    result = job.result if job is not None and isinstance(job.result, dict) else {}
+    return result.get("verdict")
