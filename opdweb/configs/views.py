@@ -131,7 +131,7 @@ def config_edit(request, config_id: int):
 def config_detail(request, config_id: int):
     record = visible_config(request.user, config_id)
     jobs = jobs_using(record)
-    approvals = list(record.approval_requests.select_related("requested_by", "decided_by", "budget"))
+    approvals = list(record.approval_requests.select_related("requested_by", "decided_by"))
     for approval in approvals:
         approval.lapse = lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None
     for job in jobs:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import urllib.error
 import urllib.request
 
@@ -19,6 +20,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from opdweb.configs.models import DeliveryState, TeamWebhook, WebhookDelivery
+from opdweb.jobs.broker import BROKER_ERRORS
+
+log = logging.getLogger(__name__)
 
 TIMEOUT_S = 5.0
 
@@ -44,9 +48,13 @@ def queue_event(team, event: str, payload: dict) -> WebhookDelivery | None:
 
 
 def _send_task(delivery_id: int) -> None:
+    """A broker that is down loses no event: the delivery stays pending in the log."""
     from opdweb.celery_app import app
 
-    app.send_task("opdweb.deliver_webhook", args=[delivery_id], queue="cpu")
+    try:
+        app.send_task("opdweb.deliver_webhook", args=[delivery_id], queue="cpu")
+    except BROKER_ERRORS:
+        log.warning("broker unreachable; webhook delivery %s left pending", delivery_id, exc_info=True)
 
 
 def attempt_delivery(delivery_id: int) -> bool:
