@@ -17,10 +17,15 @@ import sys
 from types import UnionType
 from typing import Literal, Sequence, Union, get_args, get_origin
 
-from .config import ConfigError, RolloutConfig, ValidationError, describe_validation_error, validation_problems
+from pydantic import BaseModel
+
+from .config import (ConfigError, RolloutConfig, ValidationError, describe_validation_error, load_mapping_file,
+                     validation_problems)
 from .entrypoints import KINDS, JobKind
 from .reporting import Cancelled, ConsoleReporter
 
+#: Kinds whose rollout config may be left out (it is the BF16 engine they start from).
+ROLLOUT_OPTIONAL = frozenset({"calibration"})
 EXIT_BAD_INPUT = 2
 EXIT_CANCELLED = 130
 #: CPU threads when ``--threads`` is not given: under load one thread per process runs fastest.
@@ -48,20 +53,32 @@ def _parser() -> argparse.ArgumentParser:
 def _add_kind(sub, kind: JobKind) -> None:
     """A subcommand per registered kind: one option per scalar config field (values are
     validated by the kind's schema, not by argparse), ``--config`` for the rollout YAML."""
-    j = sub.add_parser(kind.name, help=kind.description)
+    j = sub.add_parser(kind.command, help=kind.description)
     for name, info in kind.config.model_fields.items():
         annotation = _without_none(info.annotation)
         if isinstance(annotation, type) and issubclass(annotation, RolloutConfig):
-            j.add_argument("--config", required=True, help="rollout config YAML")
+            optional = kind.name in ROLLOUT_OPTIONAL
+            j.add_argument("--config", required=not optional,
+                           help="rollout config YAML" + (" (default: the BF16 engine)" if optional else ""))
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            j.add_argument(_flag(name), dest=name, required=info.is_required(),
+                           help=_help(f"{info.description or name}: a JSON or YAML file"))
+        elif get_origin(annotation) is list:
+            j.add_argument(_flag(name), dest=name, help=_help(f"{info.description or name} (comma separated)"))
         elif get_origin(annotation) is Literal:
-            j.add_argument(_flag(name), dest=name, choices=[str(c) for c in get_args(annotation)], help=info.description)
+            j.add_argument(_flag(name), dest=name, choices=[str(c) for c in get_args(annotation)], help=_help(info.description))
         elif annotation is bool:
-            j.add_argument(_flag(name), dest=name, action="store_const", const=True, default=None, help=info.description)
+            j.add_argument(_flag(name), dest=name, action="store_const", const=True, default=None, help=_help(info.description))
         elif annotation in (int, float, str, bool):
-            j.add_argument(_flag(name), dest=name, required=info.is_required(), help=info.description)
+            j.add_argument(_flag(name), dest=name, required=info.is_required(), help=_help(info.description))
     for option in kind.cli_options:
         j.add_argument(option.name, dest=option.dest, default=None, help=option.help)
     j.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _help(text: str | None) -> str | None:
+    """argparse formats help with %: a literal one (\"95% CI\") is doubled."""
+    return text.replace("%", "%%") if text else text
 
 
 def _flag(field_name: str) -> str:
@@ -85,8 +102,16 @@ def _job_config(kind: JobKind, args: argparse.Namespace):
     """The kind's config from the YAML (its problems name YAML fields) and the options
     (their problems name the flags)."""
     fields = {name: getattr(args, name) for name in kind.config.model_fields if getattr(args, name, None) is not None}
-    if "rollout" in kind.config.model_fields:
+    if "rollout" in kind.config.model_fields and getattr(args, "config", None) is not None:
         fields["rollout"] = RolloutConfig.from_file(args.config)
+    for name, info in kind.config.model_fields.items():
+        annotation = _without_none(info.annotation)
+        if name not in fields or name == "rollout":
+            continue
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            fields[name] = load_mapping_file(fields[name], _flag(name))
+        elif get_origin(annotation) is list:
+            fields[name] = [v.strip() for v in fields[name].split(",") if v.strip()]
     if "threads" in kind.config.model_fields:
         fields.setdefault("threads", DEFAULT_THREADS)
     try:
@@ -133,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "build-toy-models":
             return _build(args)
-        kind = KINDS[args.command]
+        kind = next(k for k in KINDS.values() if k.command == args.command)
         cfg = _job_config(kind, args)
         options = {o.dest: getattr(args, o.dest) for o in kind.cli_options if getattr(args, o.dest) is not None}
         reporter = ConsoleReporter()

@@ -229,6 +229,11 @@ def _read(path: str | Path) -> str:
         raise ConfigError(f"config file {str(p)!r} cannot be read: {exc.strerror}") from None
 
 
+def load_mapping_file(path: str | Path, what: str) -> dict:
+    """A JSON or YAML file holding one mapping (JSON is YAML)."""
+    return _load_yaml_mapping(_read(path), what)
+
+
 def _load_yaml_mapping(text: str, what: str) -> dict:
     try:
         data = yaml.safe_load(text)

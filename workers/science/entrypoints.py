@@ -19,8 +19,10 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel
 
+from .budget.config import AdmissionJobConfig, CalibrationJobConfig, NoiseSolveJobConfig
 from .config import DriftJobConfig, MismatchJobConfig, SensitivityJobConfig
-from .formatting import format_drift, format_mismatch, format_sensitivity, format_time_to_quality, format_training
+from .formatting import (format_admission, format_calibration, format_drift, format_mismatch, format_noise_solve,
+                         format_sensitivity, format_time_to_quality, format_training)
 from .reporting import Reporter
 from .selftest import SelftestConfig
 from .training.config import TimeToQualityConfig, TrainJobConfig
@@ -48,6 +50,11 @@ class JobKind:
     max_attempts: int = 1
     formatter: Callable[[dict], str] | None = None  # the CLI's human-readable report
     cli_options: tuple[CliOption, ...] = field(default_factory=tuple)
+    cli_name: str | None = None  # the subcommand, where a verb reads better than the kind's name
+
+    @property
+    def command(self) -> str:
+        return self.cli_name or self.name
 
     @property
     def description(self) -> str:
@@ -145,6 +152,39 @@ register(JobKind(
     example=lambda student: {"model": student, "teacher": str(Path(student).parent / "teacher"), "method": "opd",
                              "target": 0.5, "seeds": 3, "steps": 200, "eval_every": 5, "device": "auto"},
     formatter=format_time_to_quality,
+))
+register(JobKind(
+    name="noise-solve",
+    config=NoiseSolveJobConfig,
+    entry="workers.science.budget.noise:run_noise_solve",
+    queue="gpu",
+    time_limit_s=2 * 3600,
+    example=lambda student: {"model": student, "target_multiple": 100.0, "prompts": 128},
+    formatter=format_noise_solve,
+))
+register(JobKind(
+    name="calibration",
+    config=CalibrationJobConfig,
+    entry="workers.science.budget.calibration:run_calibration",
+    queue="cpu",  # it only waits for its children (gpu queue) and does the arithmetic
+    time_limit_s=48 * 3600,
+    resumable=True,
+    max_attempts=3,
+    example=lambda student: {"model": student, "teacher": str(Path(student).parent / "teacher"), "method": "opd",
+                             "loss": "full", "steps": 30, "batch_size": 64, "levels": [10.0, 100.0, 1000.0],
+                             "seeds": 3, "device": "auto"},
+    formatter=format_calibration,
+    cli_name="calibrate",
+))
+register(JobKind(
+    name="admission",
+    config=AdmissionJobConfig,
+    entry="workers.science.budget.admission:run_admission",
+    queue="gpu",
+    time_limit_s=2 * 3600,
+    example=lambda student: {"model": student, "rollout": _FP8_W_KV, "prompts": 128, "max_new_tokens": 16},
+    formatter=format_admission,
+    cli_name="admit",
 ))
 
 __all__ = ["KINDS", "CliOption", "JobKind", "UnknownJobKind", "get_kind", "register"]

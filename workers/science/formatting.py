@@ -140,3 +140,44 @@ def format_time_to_quality(r: dict) -> str:
         "",
         _table(["arm", "async_k", "reached", "measured s", "sd", "modelled s", "speed-up", "sd", "modelled speed-up", "sd"], rows),
     ])
+
+
+def format_noise_solve(r: dict) -> str:
+    rows = [[t["sigma"], t["multiple"], _num(t["ci"][0], 3) + "-" + _num(t["ci"][1], 3) if t["ci"] else "-"]
+            for t in r["trials"]]
+    return "\n".join([
+        f"noise sigma {_num(r['sigma'])} realises {_num(r['multiple'])}x (95% CI {r['multiple_ci']}) of the "
+        f"{r['unit']['engine']} BF16 engine's {r['metric']}; target {r['target_multiple']:g}x",
+        "", _table(["sigma", "multiple", "95% CI"], rows)])
+
+
+def format_calibration(r: dict) -> str:
+    head = ("budget not reached: every level stayed within tolerance, the budget is at least "
+            f"{_num(r['budget'])}x" if r["status"] == "not_reached" else f"budget {_num(r['budget'])}x "
+            f"(between {_num(r['bracket'][0])}x and {_num(r['bracket'][1])}x)")
+    rows = [["BF16", 1.0, None, r["baseline"]["mean"], r["baseline"]["sd"], 0.0, "baseline"]]
+    rows += [[f"{c['target']:g}x", c["multiple"], c["setting"].get("noise_sigma"), c["accuracy_mean"], c["accuracy_sd"],
+              c["drop_points"], "within" if c["within"] else "beyond"] for c in r["curve"]]
+    return "\n".join([
+        f"{head}; {r['method']} on {r['checkpoint']} ({r['task']}), {r['steps']} steps x {r['seeds']} seeds, "
+        f"tolerance {r['tolerance']:g} points, {r['metric']} multiples of the {r['unit_engine']} BF16 engine",
+        "", _table(["level", "multiple", "noise sigma", "accuracy", "sd", "drop (points)", "tolerance"], rows),
+        "", f"rule: {r['rule']}"])
+
+
+def format_admission(r: dict) -> str:
+    b = r["budget"]
+    lines = [f"{r['verdict'].upper()}: {r['reason']}",
+             _multiple_line(r),
+             f"budget {_num(b['budget'])}x ({b['method']}, {b['status']}); margin budget/multiple "
+             f"{_num(r['margin'])}; KV capacity {_num(r['kv_capacity_gain'])}x BF16"]
+    if r.get("prompts_to_decide"):
+        lines.append(f"about {r['prompts_to_decide']} prompts would likely decide it (now {r['prompts']})")
+    if r.get("drift"):
+        d = r["drift"]
+        lines.append(f"prefix drift: {d['diverged_fraction']:.0%} of decodes diverge (median first divergence at "
+                     f"{_num(d['first_divergence']['median'])}); {_num(d['share_after'])} of the mismatch lies after it")
+    if r.get("recipe"):
+        lines.append(f"cheapest recipe within budget: {r['recipe']['label']} ({_num(r['recipe']['multiple'])}x, "
+                     f"KV capacity {_num(r['recipe']['capacity'])}x)")
+    return "\n".join(lines + [f"warning: {w}" for w in r.get("warnings", [])])

@@ -1,0 +1,1 @@
+"""The mismatch budget: calibrating it from training runs, and admission checks against it."""

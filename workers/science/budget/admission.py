@@ -1,0 +1,96 @@
+"""The ``admission`` job: may this rollout config be used on this checkpoint?
+
+It measures the config's multiple on the checkpoint's own rollouts (no teacher, no
+training; the mismatch job's measurement, on the budget's metric and unit engine) and
+gives the verdict of :func:`~workers.science.budget.arithmetic.decide`, the margin, the
+KV capacity gain, the prefix drift diagnostic and, when asked, the layers that contribute
+most and the cheapest recipe within the budget.  A budget calibrated on another checkpoint
+(content hash), task, metric or unit engine is refused before anything is measured.
+"""
+from __future__ import annotations
+
+from ..config import ConfigError, DriftJobConfig, MismatchJobConfig
+from ..fingerprint import checkpoint_digest
+from ..reporting import NullReporter, Reporter
+from .arithmetic import decide
+from .config import AdmissionJobConfig, BudgetSpec
+
+
+class _Quiet(NullReporter):
+    """A sub-measurement's reporter: follows the job's cancel flag, keeps its traces apart."""
+
+    def __init__(self, parent: Reporter) -> None:
+        self.parent = parent
+
+    def should_stop(self) -> bool:
+        return self.parent.should_stop()
+
+
+def budget_problems(spec: BudgetSpec, model: str, task: str, unit_engine: str) -> list[str]:
+    """Why ``spec`` cannot judge a measurement of ``model`` on ``task`` against ``unit_engine``."""
+    problems = []
+    digest = checkpoint_digest(model)
+    if spec.checkpoint_hash and digest and spec.checkpoint_hash != digest:
+        problems.append(f"budget: calibrated on checkpoint {spec.checkpoint!r} (content {spec.checkpoint_hash[:12]}), "
+                        f"not on this model (content {digest[:12]}); calibrate a budget for this checkpoint")
+    if spec.task != task:
+        problems.append(f"budget: calibrated on task {spec.task!r}, this check runs {task!r}")
+    if spec.unit_engine != unit_engine:
+        problems.append(f"budget: its multiples are of the {spec.unit_engine} BF16 engine, this check's unit is "
+                        f"{unit_engine}; set reference_engine to {spec.unit_engine}")
+    return problems
+
+
+def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> dict:
+    from ..mismatch import run_mismatch
+    from ..preflight import preflight
+
+    reporter = reporter or NullReporter()
+    spec = cfg.budget
+    reference = spec.unit_engine if cfg.reference_engine in (None, "auto") else cfg.reference_engine
+    measurement = MismatchJobConfig.model_validate(
+        {**cfg.model_dump(include=set(MismatchJobConfig.model_fields)), "reference_engine": reference})
+    checked = preflight(measurement)
+    problems = budget_problems(spec, cfg.model, checked.task, checked.unit_engine)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+    report = run_mismatch(measurement, reporter)
+    decision = decide(report["multiple"], report["multiple_ci"], spec.budget, spec.status, report["prompts"])
+    reporter.log(report["prompts"], {"admission/multiple": report["multiple"] or 0.0,
+                                     "admission/budget": spec.budget or 0.0,
+                                     "admission/within_budget": float(decision.verdict == "pass")})
+    result = {
+        **report,
+        "budget": spec.model_dump(mode="json"),
+        "verdict": decision.verdict,
+        "reason": decision.reason,
+        "margin": decision.margin,
+        "prompts_to_decide": decision.prompts_to_decide,
+        "extend": ({"prompts": decision.prompts_to_decide, "seed": report["seed"]}
+                   if decision.prompts_to_decide else None),
+        "checkpoint_hash": checkpoint_digest(cfg.model),
+        "kv_capacity_gain": report["kv_cache"]["capacity_ratio"],
+        "ci": report["multiple_ci"],
+    }
+    if cfg.drift and not report["identical_to_unit"]:
+        result["drift"] = prefix_drift(cfg, reporter)
+    if cfg.recipe and spec.budget:
+        from .recipe import recipe_within_budget
+
+        result.update(recipe_within_budget(measurement, spec.budget, cfg.recipe_margin, _Quiet(reporter)))
+    reporter.progress(1.0, f"{decision.verdict}: {decision.reason}")
+    return result
+
+
+def prefix_drift(cfg: AdmissionJobConfig, reporter: Reporter) -> dict:
+    """First divergence and the share of mismatch after it, on a few prompts: when noise
+    changes which prefixes are reached, per-token corrections cannot fix it."""
+    from ..drift import run_drift
+
+    drift = run_drift(DriftJobConfig(model=cfg.model, rollout=cfg.rollout, task=cfg.task, prompts=cfg.drift_prompts,
+                                     max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=cfg.device,
+                                     threads=cfg.threads, bootstrap=0), _Quiet(reporter))
+    return {"prompts": drift["prompts"], "diverged_fraction": drift["diverged_fraction"],
+            "first_divergence": {k: v for k, v in drift["first_divergence"].items() if k != "histogram"},
+            "share_after": drift["mismatch_after_divergence"]["share_after"]}

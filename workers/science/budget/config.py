@@ -1,0 +1,125 @@
+"""Configs of the budget kinds (torch-free: the web process validates with them).
+
+``noise-solve``: the weight-noise sigma that realises a target multiple.  ``calibration``:
+a model's mismatch budget from equal-step training runs at a ladder of multiples.
+``admission``: a rollout config's multiple against a budget, with a verdict.  A budget
+travels as :class:`BudgetSpec` (the web fills it from a stored budget's id, the CLI reads
+it from the JSON file the budget page offers).
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ..config import MetricName, MismatchJobConfig, UnitEngine, _Strict
+from ..training.config import TrainJobConfig
+from .arithmetic import BudgetStatus
+
+MAX_LEVELS = 16
+
+
+class NoiseSolveJobConfig(MismatchJobConfig):
+    """The weight-noise sigma that realises a target multiple of the BF16 engine's mismatch."""
+
+    target_multiple: float = Field(..., gt=1.0, le=1e9, description="The multiple to realise.")
+    start_sigma: float = Field(0.01, gt=0.0, le=10.0, description="First sigma tried (relative to each tensor's RMS).")
+    rel_tolerance: float = Field(0.25, gt=0.0, le=10.0, description="Stop when the measured multiple is within this "
+                                                                    "fraction of the target (or its CI holds it).")
+    max_iterations: int = Field(8, ge=1, le=50)
+    noise_seed: int = Field(0, ge=0, le=2**31 - 1)
+    target_ci: float = Field(0.0, ge=0.0, le=10.0, description="As the mismatch job's; 0: one round of prompts.")
+
+    def measurement(self) -> MismatchJobConfig:
+        return MismatchJobConfig.model_validate(self.model_dump(include=set(MismatchJobConfig.model_fields)))
+
+
+class CalibrationJobConfig(TrainJobConfig):
+    """A model's mismatch budget: equal-step training runs at a ladder of injected multiples."""
+
+    levels: list[float] = Field([10.0, 100.0, 1000.0], min_length=2, max_length=MAX_LEVELS,
+                                description="Target multiples of the ladder (ascending, each above 1); each is "
+                                            "realised by weight noise solved to hit it, and measured.")
+    seeds: int = Field(3, ge=1, le=16, description="Training seeds per level and for the BF16 baseline.")
+    tolerance: float = Field(1.4, ge=0.0, le=100.0, description="Accuracy drop (points) a level may show and "
+                                                                "still be within budget.")
+    seed_z: float = Field(1.0, ge=0.0, le=10.0, description="A drop counts against a level only beyond tolerance + "
+                                                            "seed_z standard errors of the seeds' spread.")
+    metric: MetricName = Field("k3", description="The metric the multiple is taken on.")
+    reference_engine: UnitEngine = Field("auto", description="The BF16 engine that is the unit of the multiple.")
+    measure_prompts: int = Field(128, ge=8, le=65_536, description="Prompts per multiple measurement.")
+    extend_factor: float = Field(10.0, gt=1.0, le=1e3, description="A ladder that does not bracket the budget "
+                                                                   "gets one more level this factor beyond its end.")
+    max_extensions: int = Field(2, ge=0, le=4, description="How often the ladder may be extended before the "
+                                                           "calibration reports 'not reached' or refuses.")
+    noise_rel_tolerance: float = Field(0.25, gt=0.0, le=10.0)
+
+    @field_validator("levels")
+    @classmethod
+    def _ascending(cls, levels: list[float]) -> list[float]:
+        if any(v <= 1.0 for v in levels):
+            raise ValueError("every level must be a multiple above 1 (1 is the BF16 engine itself)")
+        if any(b <= a for a, b in zip(levels, levels[1:])):
+            raise ValueError("levels must be strictly ascending")
+        return levels
+
+    @model_validator(mode="after")
+    def _base_rollout(self) -> "CalibrationJobConfig":
+        if self.rollout.noise_sigma:
+            raise ValueError("rollout.noise_sigma: the calibration sets the noise of each level; leave it 0")
+        return self
+
+    def method_label(self) -> str:
+        """e.g. ``opd:full``, ``opd:sampled+tis``, ``grpo``, ``grpo+tis``."""
+        if self.method == "grpo":
+            return "grpo+tis" if self.tis else "grpo"
+        return f"opd:{self.loss}" + ("" if self.correction == "none" else f"+{self.correction}")
+
+    def training_config(self, **update: Any) -> dict:
+        """The config of one of the ladder's training runs."""
+        own = set(CalibrationJobConfig.model_fields) - set(TrainJobConfig.model_fields)
+        data = self.model_dump(mode="json", exclude=own | {"out", "resume_from"})
+        data.update(update)
+        return data
+
+
+class BudgetSpec(_Strict):
+    """A calibrated budget, as an admission check needs it."""
+
+    id: int | None = Field(None, description="The stored budget's id (set by the product).")
+    checkpoint: str = Field(..., max_length=1000, description="The checkpoint the budget was calibrated on.")
+    checkpoint_hash: str | None = Field(None, max_length=128)
+    task: str = Field(..., max_length=1000)
+    method: str = Field(..., max_length=40)
+    metric: MetricName
+    unit_engine: Literal["hf", "vllm"]
+    reference_value: float | None = None
+    budget: float | None = Field(..., description="The budget multiple (None: below the lowest level).")
+    status: BudgetStatus
+    step: int = Field(0, ge=0)
+    tolerance: float = Field(1.4, ge=0.0)
+
+
+class AdmissionJobConfig(MismatchJobConfig):
+    """Admission check: the config's multiple against a mismatch budget, with a verdict."""
+
+    budget: BudgetSpec
+    drift: bool = Field(True, description="Also measure prefix drift (first divergence, mismatch after it).")
+    drift_prompts: int = Field(32, ge=1, le=4096)
+    recipe: bool = Field(False, description="Also scan per-layer sensitivity and name the cheapest FP8 recipe "
+                                            "within the budget (slower).")
+    recipe_margin: float = Field(1.5, ge=1.0, le=100.0, description="The recipe must pass with budget / multiple "
+                                                                    "at least this.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_metric(cls, data: Any) -> Any:
+        """The metric is the budget's: given explicitly, it must agree."""
+        if isinstance(data, dict) and isinstance(data.get("budget"), dict):
+            metric = data["budget"].get("metric")
+            if "metric" in data and metric is not None and data["metric"] != metric:
+                raise ValueError(f"metric {data['metric']!r} differs from the budget's metric {metric!r}: a multiple "
+                                 "is only comparable to a budget on the same metric")
+            if metric is not None:
+                data = {**data, "metric": metric}
+        return data
