@@ -4,6 +4,7 @@
 cannot drift from what the workers validate."""
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
@@ -99,6 +100,8 @@ def fields_of(model: type[BaseModel], prefix: str = "") -> list[FormField]:
 
 
 ROLLOUT_FIELDS = fields_of(RolloutConfig)
+#: The schema's own description of the fields, as paragraphs of plain text.
+SCHEMA_PARAGRAPHS = [" ".join(p.split()).replace("``", "") for p in inspect.cleandoc(RolloutConfig.__doc__).split("\n\n")]
 FIELD_NAMES = [f.name for f in ROLLOUT_FIELDS]
 
 

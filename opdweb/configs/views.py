@@ -12,9 +12,10 @@ from django.views.decorators.http import require_POST
 from opdweb.configs.access import visible_approval, visible_config
 from opdweb.configs.actions import do_create_config, do_decide, do_request_approval
 from opdweb.configs.currency import lapse_reason
+from opdweb.configs.canonical import ValidationError, canonical_rollout
 from opdweb.configs.evidence import ADMISSION_KIND, jobs_using, latest_admission_check, verdict_of
 from opdweb.configs.exports import FORMATS, Provenance
-from opdweb.configs.form_schema import ROLLOUT_FIELDS, value_at
+from opdweb.configs.form_schema import ROLLOUT_FIELDS, SCHEMA_PARAGRAPHS, value_at
 from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord
 from opdweb.configs.presets import PRESETS, PRESETS_BY_SLUG
 from opdweb.configs.submission import config_from_form, config_from_yaml
@@ -23,7 +24,6 @@ from opdweb.refusals import Refused
 from opdweb.teams import audit
 from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
-from workers.science.config import RolloutConfig
 
 
 @login_required
@@ -58,6 +58,11 @@ def _form_rows(config: dict, problems: list[dict]) -> list[dict]:
 
 
 def _as_yaml(config: dict) -> str:
+    """YAML in the schema's field order (PostgreSQL's jsonb keeps keys in its own order)."""
+    try:
+        config = canonical_rollout(config)
+    except ValidationError:
+        pass  # a partial or invalid config being edited: as typed
     return yaml.safe_dump(config, sort_keys=False)
 
 
@@ -73,7 +78,7 @@ def config_new(request, derived_from: RolloutConfigRecord | None = None):
         "teams": teams, "presets": PRESETS, "preset": preset, "derived_from": derived_from,
         "team": derived_from.team.slug if derived_from else request.GET.get("team", teams[0].slug),
         "name": derived_from.name if derived_from else (preset.title if preset else ""),
-        "yaml_text": _as_yaml(config), "schema_doc": RolloutConfig.__doc__, "problems": [], "error": None,
+        "yaml_text": _as_yaml(config), "schema_doc": SCHEMA_PARAGRAPHS, "problems": [], "error": None,
     }
     status, source = 200, "form"
     if request.method == "POST":
