@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "opdweb.jobs",
     "opdweb.traces",
     "opdweb.health",
+    "opdweb.budgets",
     "opdweb.configs",
 ]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import timedelta
+from typing import Callable
 
 from django.conf import settings
 from django.db import transaction
@@ -23,9 +24,15 @@ from workers.science.entrypoints import JobKind, UnknownJobKind, get_kind
 log = logging.getLogger(__name__)
 
 
-def check_job_config(kind_name: str, config) -> tuple[JobKind, dict]:
+#: Per kind, a function ``(team, config) -> config`` that replaces references to stored
+#: objects (an admission check's budget id) by what the worker needs; apps register theirs.
+CONFIG_RESOLVERS: dict[str, Callable[[object, dict], dict]] = {}
+
+
+def check_job_config(kind_name: str, config, team=None) -> tuple[JobKind, dict]:
     """Validate ``config`` against the kind's schema and keep its paths inside the sandbox;
-    returns the normalised config (paths resolved)."""
+    returns the normalised config (paths resolved, references to the team's stored objects
+    filled in)."""
     try:
         kind = get_kind(kind_name)
     except UnknownJobKind as exc:
@@ -34,6 +41,8 @@ def check_job_config(kind_name: str, config) -> tuple[JobKind, dict]:
         raise Refused("config must be a JSON object")
     if len(json.dumps(config)) > settings.JOB_CONFIG_MAX_BYTES:
         raise Refused(f"config is larger than {settings.JOB_CONFIG_MAX_BYTES} bytes", status=413)
+    if kind.name in CONFIG_RESOLVERS:
+        config = CONFIG_RESOLVERS[kind.name](team, config)
     try:
         # Strict, as JSON: the types the OpenAPI document gives (no `false` for an integer).
         model = kind.config.model_validate_json(json.dumps(config), strict=True)
@@ -43,7 +52,7 @@ def check_job_config(kind_name: str, config) -> tuple[JobKind, dict]:
 
 
 def do_submit_job(*, team, user, kind_name: str, config, name: str = "") -> Job:
-    kind, normalised = check_job_config(kind_name, config)
+    kind, normalised = check_job_config(kind_name, config, team)
     with transaction.atomic():
         job = Job.objects.create(
             team=team,
@@ -55,6 +64,28 @@ def do_submit_job(*, team, user, kind_name: str, config, name: str = "") -> Job:
         )
         transaction.on_commit(lambda: _enqueue_or_withdraw(job))
     return job
+
+
+def do_submit_children(parent: Job, children) -> list[Job]:
+    """The parent's child jobs (``ChildJob``s), each created once per key: a parent restarted
+    after a worker loss gets the children it made before.  A child whose message cannot be
+    sent now stays queued; the resend of lost messages sends it."""
+    jobs = []
+    for child in children:
+        kind, normalised = check_job_config(child.kind, child.config, parent.team)
+        with transaction.atomic():
+            job, made = Job.objects.get_or_create(
+                parent=parent, child_key=child.key,
+                defaults=dict(team=parent.team, created_by=parent.created_by, kind=kind.name,
+                              name=f"{parent.name or f'#{parent.pk}'}: {child.label or child.key}"[:200],
+                              config=normalised, max_attempts=kind.max_attempts))
+        if made:
+            try:
+                enqueue(job.pk, job.attempts)
+            except BROKER_ERRORS:
+                log.warning("broker unreachable; child job %s will be resent", job.pk, exc_info=True)
+        jobs.append(job)
+    return jobs
 
 
 def _enqueue_or_withdraw(job: Job) -> None:

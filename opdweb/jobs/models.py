@@ -27,6 +27,10 @@ class Job(models.Model):
     team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="jobs")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     kind = models.CharField(max_length=40)
+    # A child job (one piece of a calibration) names its parent and a key unique within it,
+    # so a parent restarted after a worker loss finds the children it already made.
+    parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="children")
+    child_key = models.CharField(max_length=100, blank=True)
     name = models.CharField(max_length=200, blank=True)
     config = models.JSONField()
 
@@ -49,6 +53,10 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["parent", "child_key"], condition=models.Q(parent__isnull=False),
+                                    name="one_child_per_key"),
+        ]
         indexes = [
             models.Index(fields=["team", "-created_at"]),
             models.Index(fields=["state", "heartbeat_at"]),

@@ -11,22 +11,26 @@ import socket
 import threading
 import time
 import traceback as tb
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from opdweb.jobs import live
-from opdweb.jobs.models import Job, JobLogEntry, JobState
+from opdweb.jobs.models import TERMINAL_STATES, Job, JobLogEntry, JobState
 from opdweb.jobs.sandbox import confine, product_values
+from opdweb.jobs.signals import job_succeeded
+from opdweb.refusals import Refused
 from opdweb.traces.sink import TraceSink
+from workers.science.children import ChildFailed
 from workers.science.entrypoints import get_kind
 from workers.science.reporting import Cancelled
 
 log = logging.getLogger(__name__)
 
 PROGRESS_WRITE_SECONDS = 0.5
+CHILD_POLL_SECONDS = 1.0
 STOP_POLL_SECONDS = 0.5
 
 
@@ -57,6 +61,31 @@ class JobReporter:
                 progress=self.job.progress, message=self.job.message, heartbeat_at=timezone.now()
             )
             live.publish_state(self.job)
+
+    def run_children(self, children) -> Iterator[tuple[object, dict]]:
+        """Each child as a job of its own (several workers share them); yields each with
+        its result as it succeeds.  A failed child fails the parent; a parent asked to stop
+        cancels the children still queued or running."""
+        from opdweb.jobs.actions import do_cancel_job, do_submit_children
+
+        jobs = do_submit_children(self.job, children)
+        pending = {job.pk: child for job, child in zip(jobs, children)}
+        while pending:
+            if self.should_stop():
+                for job in Job.objects.filter(pk__in=pending).exclude(state__in=TERMINAL_STATES):
+                    try:
+                        do_cancel_job(job)
+                    except Refused:
+                        pass  # it ended or is already being cancelled
+                raise Cancelled(f"stopped with {len(pending)} child job(s) unfinished")
+            for job in Job.objects.filter(pk__in=pending, state__in=TERMINAL_STATES):
+                child = pending.pop(job.pk)
+                if job.state != JobState.SUCCEEDED:
+                    raise ChildFailed(f"child job #{job.pk} ({child.label or child.key}) {job.state}: "
+                                      f"{job.error or job.message}")
+                yield child, job.result
+            if pending:
+                time.sleep(CHILD_POLL_SECONDS)
 
     def should_stop(self) -> bool:
         now = time.monotonic()
@@ -191,6 +220,24 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         heartbeat.join(timeout=5)
         root.removeHandler(handler)
         handler.flush_to_db()
-    if job.finish(state, **outcome):
+    if record_outcome(job, state, outcome):
         live.publish_state(job)
-    return state
+    return job.state
+
+
+def record_outcome(job: Job, state: JobState, outcome: dict) -> bool:
+    """Record how the attempt ended; a success is recorded together with what its receivers
+    store (a calibration's budget), and if they cannot store it the job fails saying why."""
+    if state != JobState.SUCCEEDED:
+        return job.finish(state, **outcome)
+    try:
+        with transaction.atomic():
+            recorded = job.finish(state, **outcome)
+            if recorded:
+                job_succeeded.send(sender=Job, job=job)
+        return recorded
+    except Exception as exc:  # noqa: BLE001 - the job fails with the reason instead
+        log.exception("job %s: its result could not be stored", job.pk)
+        job.refresh_from_db()
+        return job.finish(JobState.FAILED, error=f"the result could not be stored: {type(exc).__name__}: {exc}",
+                          trace=tb.format_exc())

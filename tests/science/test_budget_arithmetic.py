@@ -139,3 +139,10 @@ def test_noise_solver_refuses_targets_at_or_below_one():
 def test_noise_solver_reports_when_it_cannot_reach():
     with pytest.raises(ConfigError, match="did not reach 50x"):
         solve_sigma(lambda s: (2.0, [1.9, 2.1], {}), 50.0, max_iterations=3)  # the multiple never moves
+
+
+def test_noise_solver_interpolates_once_the_target_is_bracketed():
+    # (0.01, 10x) and (0.04, 160x): log-log straight line of slope 2, so 40x is at sigma 0.02.
+    assert next_sigma([Trial(0.01, 10.0, None), Trial(0.04, 160.0, None)], 40.0) == pytest.approx(0.02)
+    # multiples that fall with sigma (noise): the geometric mean of the bracketing sigmas
+    assert next_sigma([Trial(0.01, 50.0, None), Trial(0.04, 5.0, None)], 20.0) == pytest.approx(0.02)

@@ -121,6 +121,8 @@ def _job_config(kind: JobKind, args: argparse.Namespace):
         for p in validation_problems(exc):
             name = p["field"].split(".", 1)[0]
             flag = _flag(name) if name in kind.config.model_fields and name != "rollout" else p["field"]
+            if flag != p["field"] and "." in p["field"]:
+                flag += f" ({p['field'].split('.', 1)[1]})"  # a field of a file option, e.g. --budget (metric)
             lines.append(f"{flag}: {p['message']}")
         raise _BadOptions(lines) from None
 

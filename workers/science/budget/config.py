@@ -8,7 +8,7 @@ it from the JSON file the budget page offers).
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -120,6 +120,6 @@ class AdmissionJobConfig(MismatchJobConfig):
             if "metric" in data and metric is not None and data["metric"] != metric:
                 raise ValueError(f"metric {data['metric']!r} differs from the budget's metric {metric!r}: a multiple "
                                  "is only comparable to a budget on the same metric")
-            if metric is not None:
+            if metric in get_args(MetricName):  # an unknown one is the budget's problem, reported there
                 data = {**data, "metric": metric}
         return data

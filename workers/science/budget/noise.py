@@ -2,10 +2,12 @@
 
 A calibration injects mismatch as Gaussian weight noise (sigma relative to each tensor's
 RMS).  The multiple it causes is measured, not assumed: :func:`solve_sigma` measures the
-multiple at a trial sigma, steps in log-log space (k3 grows about as sigma^2 for small
-sigma, so the first step assumes slope 2; later steps use the secant slope of the two
-nearest measurements, kept within [0.5, 4]) and stops once the target lies inside the
-measured multiple's CI, or within ``rel_tolerance`` of the measured value.
+multiple at trial sigmas (:func:`next_sigma` picks each: k3 grows about as sigma^2 for
+small sigma, so steps start with slope 2 in log-log space, then interpolate once trials
+bracket the target) and stops once the measured multiple is within ``rel_tolerance`` of
+the target.  When measurement noise keeps every trial outside it, the closest trial within
+a factor 2 is taken; a level's multiple is always the measured one (with its CI), never the
+target.
 """
 from __future__ import annotations
 
@@ -32,15 +34,31 @@ def _off_by(trial: Trial, target: float) -> float:
 
 
 def next_sigma(trials: list[Trial], target: float) -> float:
-    """The next sigma to try: a log-log secant through the two trials nearest the target
-    (slope 2 from a single trial), the slope clamped to [0.5, 4]."""
-    near = sorted(trials, key=lambda t: abs(math.log(t.multiple / target)))[:2]
-    slope = 2.0
-    if len(near) == 2 and near[0].sigma != near[1].sigma and near[0].multiple != near[1].multiple:
-        slope = (math.log(near[0].multiple) - math.log(near[1].multiple)) / (math.log(near[0].sigma) - math.log(near[1].sigma))
-        slope = min(4.0, max(0.5, slope))
-    best = near[0]
-    return best.sigma * (target / best.multiple) ** (1.0 / slope)
+    """The next sigma to try.  Once trials fall on both sides of the target: interpolate in
+    log-log space between the nearest below and the nearest above (the geometric mean of the
+    two when the measured multiples do not rise with sigma: noise).  Before that: a step from
+    the outermost trial (largest sigma when all are below) along the log-log secant of the
+    two outermost (slope 2 from one trial, or when the secant does not rise), clamped to
+    [0.5, 4]."""
+    below = [t for t in trials if t.multiple < target]
+    above = [t for t in trials if t.multiple > target]
+    if below and above:
+        lo = max(below, key=lambda t: t.sigma if t.sigma < min(a.sigma for a in above) else -1.0)
+        hi = min(above, key=lambda t: t.sigma)
+        if lo.sigma < hi.sigma and lo.multiple < hi.multiple:
+            f = (math.log(target) - math.log(lo.multiple)) / (math.log(hi.multiple) - math.log(lo.multiple))
+            f = min(0.9, max(0.1, f))  # keep clear of the ends so a noisy end cannot trap the search
+            return math.exp(math.log(lo.sigma) + f * (math.log(hi.sigma) - math.log(lo.sigma)))
+        return math.sqrt(lo.sigma * hi.sigma) if lo.sigma != hi.sigma else hi.sigma * 0.5
+    # all on one side: step on from the outermost trial (the largest sigma when all are
+    # below, the smallest when all are above), so every step moves the search
+    ordered = sorted(trials, key=lambda t: t.sigma, reverse=bool(below))
+    edge, slope = ordered[0], 2.0
+    if len(ordered) >= 2 and ordered[1].sigma != edge.sigma and ordered[1].multiple != edge.multiple:
+        secant = (math.log(edge.multiple) - math.log(ordered[1].multiple)) / (math.log(edge.sigma) - math.log(ordered[1].sigma))
+        if secant > 0:
+            slope = min(4.0, max(0.5, secant))
+    return edge.sigma * (target / edge.multiple) ** (1.0 / slope)
 
 
 def solve_sigma(measure: Measure, target: float, start_sigma: float = 0.01, rel_tolerance: float = 0.15,
@@ -70,7 +88,9 @@ def solve_sigma(measure: Measure, target: float, start_sigma: float = 0.01, rel_
     if _off_by(best, target) <= math.log(2.0):  # measurement noise kept it from the tolerance: the closest will do
         return best, trials, reports[best]
     raise ConfigError(f"noise sigma did not reach {target:g}x within {len(trials)} measurements (closest: sigma "
-                      f"{best.sigma:.3g} gave {best.multiple:.3g}x); widen rel_tolerance or change the ladder")
+                      f"{best.sigma:.3g} gave {best.multiple:.3g}x; tried "
+                      + ", ".join(f"{t.sigma:.3g} -> {t.multiple:.3g}x" for t in trials)
+                      + "); widen rel_tolerance, measure more prompts or change the ladder")
 
 
 def run_noise_solve(cfg, reporter: Reporter | None = None) -> dict:

@@ -1,0 +1,64 @@
+"""Mismatch budgets: what a calibration found a checkpoint tolerates, per training method.
+
+A budget is immutable once computed.  A newer calibration of the same (checkpoint, task,
+method, metric) in the same team supersedes the older one (``superseded_by``), never
+overwrites it: admission checks and approvals keep pointing at the budget they used.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class ImmutableBudget(Exception):
+    pass
+
+
+class MismatchBudget(models.Model):
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="budgets")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    calibration_job = models.OneToOneField("jobs.Job", on_delete=models.SET_NULL, null=True, related_name="budget")
+
+    checkpoint = models.CharField(max_length=1000)
+    checkpoint_hash = models.CharField(max_length=128, blank=True)
+    teacher = models.CharField(max_length=1000, blank=True)
+    task = models.CharField(max_length=1000)
+    method = models.CharField(max_length=40)
+    metric = models.CharField(max_length=20)
+    unit_engine = models.CharField(max_length=10)
+    reference_value = models.FloatField(null=True)
+    step = models.PositiveIntegerField(default=0)
+    tolerance = models.FloatField()
+    curve = models.JSONField()  # per level: multiple with CI, setting, per-seed accuracies, mean, sd, drop, within
+    baseline = models.JSONField()  # BF16 baseline accuracies, mean, sd
+    budget = models.FloatField(null=True)  # None: the lowest level already failed
+    status = models.CharField(max_length=20)  # reached | not_reached
+    bracket_low = models.FloatField(null=True)
+    bracket_high = models.FloatField(null=True)
+    rule = models.TextField()
+    superseded_by = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["team", "checkpoint", "task", "method", "metric"])]
+
+    def __str__(self) -> str:
+        value = "not reached" if self.status == "not_reached" else f"{self.budget:.3g}x"
+        return f"budget #{self.pk} {self.method} on {self.checkpoint}: {value}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding and set(kwargs.get("update_fields") or ()) != {"superseded_by"}:
+            raise ImmutableBudget("a budget is immutable once computed; calibrate again to supersede it")
+        super().save(*args, **kwargs)
+
+    @property
+    def is_current(self) -> bool:
+        return self.superseded_by_id is None
+
+    def spec(self) -> dict:
+        """The budget as an admission check takes it (``BudgetSpec``)."""
+        return {"id": self.pk, "checkpoint": self.checkpoint, "checkpoint_hash": self.checkpoint_hash or None,
+                "task": self.task, "method": self.method, "metric": self.metric, "unit_engine": self.unit_engine,
+                "reference_value": self.reference_value, "budget": self.budget, "status": self.status,
+                "step": self.step, "tolerance": self.tolerance}

@@ -1,0 +1,106 @@
+"""The budget kinds on the fixture student, from the command line: noise solved to a target,
+admission verdicts, refusals, and a (tiny) calibration run in process."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from workers.science.budget.arithmetic import Level, find_budget
+from workers.science.budget.calibration import run_calibration
+from workers.science.budget.config import CalibrationJobConfig
+from workers.science.config import MismatchJobConfig, RolloutConfig
+from workers.science.fingerprint import checkpoint_digest
+from workers.science.mismatch import run_mismatch
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workers", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture()
+def budget_file(tmp_path, student):
+    def make(budget: float, **over) -> str:
+        spec = {"checkpoint": student, "checkpoint_hash": checkpoint_digest(student), "task": "arithmetic:1",
+                "method": "opd:full", "metric": "k3", "unit_engine": "hf", "budget": budget, "status": "reached"}
+        spec.update(over)
+        path = tmp_path / f"budget-{budget}.json"
+        path.write_text(json.dumps(spec))
+        return str(path)
+    return make
+
+
+def yaml_file(tmp_path, text: str) -> str:
+    path = tmp_path / f"rollout-{abs(hash(text))}.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_noise_solved_for_a_target_lands_within_a_fresh_measurements_ci(student, tmp_path):
+    r = cli("noise-solve", "--model", student, "--config", yaml_file(tmp_path, "{}"), "--target-multiple", "20",
+            "--prompts", "256", "--reference-engine", "hf", "--threads", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    solved = json.loads(r.stdout)
+    assert abs(solved["multiple"] / 20 - 1) <= 0.25 or len(solved["trials"]) == 8
+    # An independent measurement: other prompts (seed 7) and another noise draw's effect measured afresh.
+    check = run_mismatch(MismatchJobConfig(model=student, rollout=RolloutConfig(noise_sigma=solved["sigma"]), prompts=256,
+                                           seed=7, reference_engine="hf", target_ci=0.0, threads=1))
+    lo, hi = check["multiple_ci"]
+    assert lo <= 20 <= hi, (solved, check["multiple"], check["multiple_ci"])
+
+
+def test_admission_of_bf16_passes_and_a_pushed_config_fails(student, tmp_path, budget_file):
+    bf16 = cli("admit", "--model", student, "--config", yaml_file(tmp_path, "{}"), "--budget", budget_file(5.0),
+               "--prompts", "64", "--threads", "1", "--json")
+    assert bf16.returncode == 0, bf16.stderr
+    report = json.loads(bf16.stdout)
+    assert report["verdict"] == "pass" and report["identical_to_unit"] and report["multiple"] == pytest.approx(1.0)
+    noisy = cli("admit", "--model", student, "--config", yaml_file(tmp_path, "noise_sigma: 0.3\n"), "--budget",
+                budget_file(5.0), "--prompts", "64", "--threads", "1", "--json")
+    assert noisy.returncode == 0, noisy.stderr
+    report = json.loads(noisy.stdout)
+    assert report["multiple_ci"][0] > 5.0 and report["verdict"] == "fail"
+    assert report["margin"] == pytest.approx(5.0 / report["multiple"])
+    assert report["drift"]["prompts"] == 32 and 0.0 <= report["drift"]["diverged_fraction"] <= 1.0
+
+
+@pytest.mark.parametrize("over, flag, message", [
+    ({"checkpoint_hash": "0" * 64}, None, "calibrated on checkpoint"),
+    ({"task": "arithmetic:3"}, None, "calibrated on task 'arithmetic:3'"),
+    ({"metric": "chi3"}, None, "--budget (metric): Input should be"),
+    ({}, ("--metric", "k1"), "differs from the budget's metric 'k3'"),
+])
+def test_admission_refuses_a_budget_that_does_not_apply(student, tmp_path, budget_file, over, flag, message):
+    args = ["admit", "--model", student, "--config", yaml_file(tmp_path, "weights: fp8_e4m3\n"),
+            "--budget", budget_file(10.0, **over), "--prompts", "16", "--json", *(flag or ())]
+    r = cli(*args)
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert message in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--tolerance", "-1"), "--tolerance: Input should be greater than or equal to 0"),
+    (("--levels", "10"), "--levels: List should have at least 2 items"),
+    (("--levels", "100,10"), "strictly ascending"),
+    (("--metric", "k9"), "invalid choice: 'k9'"),
+])
+def test_calibration_bad_input_is_refused(student, teacher, args, message):
+    r = cli("calibrate", "--model", student, "--teacher", teacher, *args)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_tiny_calibration_runs_its_ladder_in_process(student, teacher, tmp_path):
+    cfg = CalibrationJobConfig(model=student, teacher=teacher, levels=[10.0, 100.0], seeds=2, steps=2, batch_size=8,
+                               eval_prompts=20, measure_prompts=256, reference_engine="hf", max_extensions=0,
+                               threads=1, device="cpu")
+    r = run_calibration(cfg)
+    assert r["method"] == "opd:full" and r["unit_engine"] == "hf" and r["checkpoint_hash"] == checkpoint_digest(student)
+    assert [c["target"] for c in r["curve"]] == [10.0, 100.0] and all(len(c["accuracies"]) == 2 for c in r["curve"])
+    assert r["noise"][0]["sigma"] < r["noise"][1]["sigma"]  # more mismatch needs more noise
+    # The budget follows from the reported curve by the documented rule.
+    again = find_budget(r["baseline"]["accuracies"],
+                        [Level(c["target"], c["multiple"], tuple(c["accuracies"])) for c in r["curve"]],
+                        r["tolerance"], r["seed_z"])
+    assert (again.budget, again.status) == (r["budget"], r["status"])
