@@ -2,13 +2,12 @@
 action writes its audit entry and queues its webhook in the same transaction."""
 from __future__ import annotations
 
-from django.apps import apps
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from opdweb.configs import webhooks
 from opdweb.configs.currency import current_checkpoint_hash
-from opdweb.configs.evidence import latest_admission_check, verdict_of
+from opdweb.configs.evidence import budget_of, latest_admission_check, verdict_of
 from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord
 from opdweb.configs.submission import check_rollout_config
 from opdweb.jobs.sandbox import OutsideSandbox, confine_model
@@ -80,17 +79,13 @@ def check_evidence(approval: ApprovalRequest):
     if verdict != "pass":
         raise Refused(f"the latest admission check (job #{job.pk}) gives {verdict or 'no verdict'}; "
                       "approval needs a pass", status=409)
-    result = job.result
-    budget_id = (result.get("budget") or {}).get("id") if isinstance(result.get("budget"), dict) else None
-    budget_id = budget_id if budget_id is not None else job.config.get("budget")
-    MismatchBudget = apps.get_model("budgets", "MismatchBudget")
-    budget = MismatchBudget.objects.filter(pk=budget_id, team_id=approval.team_id).first() if budget_id else None
+    budget = budget_of(job)
     if budget is None:
         raise Refused(f"admission check #{job.pk} names no mismatch budget of this team", status=409)
     if budget.superseded_by_id is not None:
         raise Refused(f"the budget admission check #{job.pk} used has been recalibrated; "
                       "run the admission check again", status=409)
-    recorded = result.get("checkpoint_hash") or ""
+    recorded = job.result.get("checkpoint_hash") or ""
     if current_checkpoint_hash(approval.checkpoint) != recorded:
         raise Refused(f"the checkpoint changed since admission check #{job.pk}; run it again", status=409)
     return job, budget, recorded

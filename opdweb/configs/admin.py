@@ -15,7 +15,7 @@ class RolloutConfigRecordAdmin(admin.ModelAdmin):
 class ApprovalRequestAdmin(admin.ModelAdmin):
     list_display = ["id", "config", "checkpoint", "team", "state", "requested_by", "decided_by"]
     list_filter = ["state", "team"]
-    raw_id_fields = ["config", "admission_job"]
+    raw_id_fields = ["config", "admission_job", "budget"]
 
 
 @admin.register(TeamWebhook)

@@ -7,6 +7,7 @@ the hash decides among those (a key a job left out must default to the record's 
 """
 from __future__ import annotations
 
+from opdweb.budgets.models import MismatchBudget
 from opdweb.configs.canonical import hash_of_rollout
 from opdweb.configs.models import RolloutConfigRecord
 from opdweb.jobs.models import Job, JobState
@@ -29,3 +30,19 @@ def latest_admission_check(record: RolloutConfigRecord, checkpoint: str) -> Job 
 def verdict_of(job: Job | None) -> str | None:
     result = job.result if job is not None and isinstance(job.result, dict) else {}
     return result.get("verdict")
+
+
+def _budget_id(value) -> int | None:
+    """A budget named by id, or by its spec (a mapping with ``id``), as admission jobs do."""
+    if isinstance(value, dict):
+        value = value.get("id")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def budget_of(job: Job | None) -> MismatchBudget | None:
+    """The team's budget an admission job was checked against."""
+    if job is None:
+        return None
+    result = job.result if isinstance(job.result, dict) else {}
+    budget_id = _budget_id(result.get("budget")) or _budget_id(job.config.get("budget"))
+    return MismatchBudget.objects.filter(pk=budget_id, team_id=job.team_id).first() if budget_id else None

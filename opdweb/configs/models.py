@@ -59,7 +59,8 @@ class ApprovalRequest(models.Model):
     decision_comment = models.TextField(blank=True)
     # The evidence an approval was granted on.
     admission_job = models.ForeignKey("jobs.Job", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
-    # BUDGET_FK
+    budget = models.ForeignKey("budgets.MismatchBudget", on_delete=models.PROTECT, null=True, blank=True,
+                               related_name="+")
     checkpoint_hash = models.CharField(max_length=64, blank=True)
 
     class Meta:

@@ -13,7 +13,7 @@ from opdweb.configs.access import visible_approval, visible_config
 from opdweb.configs.actions import do_create_config, do_decide, do_request_approval
 from opdweb.configs.currency import lapse_reason
 from opdweb.configs.canonical import ValidationError, canonical_rollout
-from opdweb.configs.evidence import ADMISSION_KIND, jobs_using, latest_admission_check, verdict_of
+from opdweb.configs.evidence import ADMISSION_KIND, budget_of, jobs_using, latest_admission_check, verdict_of
 from opdweb.configs.exports import FORMATS, Provenance
 from opdweb.configs.form_schema import ROLLOUT_FIELDS, SCHEMA_PARAGRAPHS, value_at
 from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord
@@ -136,7 +136,7 @@ def config_edit(request, config_id: int):
 def config_detail(request, config_id: int):
     record = visible_config(request.user, config_id)
     jobs = jobs_using(record)
-    approvals = list(record.approval_requests.select_related("requested_by", "decided_by"))
+    approvals = list(record.approval_requests.select_related("requested_by", "decided_by", "budget"))
     for approval in approvals:
         approval.lapse = lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None
     for job in jobs:
@@ -176,6 +176,7 @@ def approval_detail(request, approval_id: int):
                   and approval.requested_by_id != request.user.pk)
     return render(request, "configs/approval.html", {
         "approval": approval, "evidence": evidence, "result": evidence.result if evidence else None,
+        "budget": approval.budget if approval.state == ApprovalState.APPROVED else budget_of(evidence),
         "can_decide": can_decide,
         "lapse": lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None,
         "formats": FORMATS.values(),

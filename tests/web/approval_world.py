@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.apps import apps
 
+from opdweb.budgets.models import MismatchBudget
 from tests.web.factories import JobFactory
 from workers.science.fingerprint import checkpoint_digest
 
@@ -20,9 +20,10 @@ def make_checkpoint(root: Path, name: str = "student") -> str:
 
 
 def make_budget(team, checkpoint: str, value: float | None = 50.0):
-    MismatchBudget = apps.get_model("budgets", "MismatchBudget")
-    return MismatchBudget.objects.create(team=team, checkpoint=checkpoint, checkpoint_hash=checkpoint_digest(checkpoint),
-                                         task="arithmetic:3", method="opd", metric="k3", budget=value)
+    return MismatchBudget.objects.create(
+        team=team, checkpoint=checkpoint, checkpoint_hash=checkpoint_digest(checkpoint), task="arithmetic:3",
+        method="opd", metric="k3", unit_engine="hf", tolerance=1.4, curve=[], baseline={}, budget=value,
+        status="reached" if value is not None else "not_reached", rule="within 1.4 points of BF16")
 
 
 def recalibrate(budget):
@@ -34,8 +35,9 @@ def recalibrate(budget):
 
 
 def admission_job(team, checkpoint: str, rollout: dict, budget, verdict: str = "pass", multiple: float = 3.2):
+    """A succeeded admission job as the product stores one: the budget's spec in the config
+    (the submitted id resolved) and in the result."""
     return JobFactory(team=team, kind="admission", state="succeeded",
-                      config={"model": checkpoint, "rollout": rollout, "budget": budget.pk},
+                      config={"model": checkpoint, "rollout": rollout, "budget": budget.spec()},
                       result={"verdict": verdict, "multiple": multiple, "ci": [multiple * 0.8, multiple * 1.2],
-                              "budget": {"id": budget.pk, "value": budget.budget},
-                              "checkpoint_hash": checkpoint_digest(checkpoint)})
+                              "budget": budget.spec(), "checkpoint_hash": checkpoint_digest(checkpoint)})

@@ -56,7 +56,9 @@ def test_an_approver_approves_on_the_latest_passing_check_and_the_config_exports
 
     page = world.client(world.approver).get(f"/approvals/{approval.pk}/")
     assert page.status_code == 200 and page.context["evidence"] == latest and page.context["can_decide"]
-    assert "3.20×" in page.content.decode()
+    html = page.content.decode()
+    assert "3.20×" in html and f"Budget #{world.budget.pk} (opd, k3, arithmetic:3):" in html
+    assert "50.00× BF16" in html
 
     response = world.decide(approval)
     assert response.status_code == 302
@@ -204,3 +206,26 @@ def test_roles_and_teams_bound_who_decides(world):
     assert response.status_code == 403
     approval.refresh_from_db()
     assert approval.state == ApprovalState.PENDING and ApprovalRequest.objects.count() == 1
+
+
+def test_a_check_that_names_its_budget_by_id_is_evidence_too(world):
+    from tests.web.factories import JobFactory
+    from workers.science.fingerprint import checkpoint_digest
+
+    check = JobFactory(team=world.team, kind="admission", state="succeeded",
+                       config={"model": world.checkpoint, "rollout": FP8, "budget": world.budget.pk},
+                       result={"verdict": "pass", "multiple": 2.0, "ci": [1.5, 2.5],
+                               "budget": {"id": world.budget.pk, "value": 50.0},
+                               "checkpoint_hash": checkpoint_digest(world.checkpoint)})
+    approval = world.request()
+    assert world.decide(approval).status_code == 302
+    approval.refresh_from_db()
+    assert (approval.state, approval.admission_job, approval.budget) == ("approved", check, world.budget)
+
+
+def test_a_check_against_another_teams_budget_is_no_evidence(world):
+    other_budget = make_budget(TeamFactory(), world.checkpoint)
+    admission_job(world.team, world.checkpoint, FP8, other_budget)
+    approval = world.request()
+    response = world.decide(approval)
+    assert response.status_code == 409 and "names no mismatch budget of this team" in response.content.decode()
