@@ -55,17 +55,18 @@ def check_checkpoint(value: str) -> str:
 
 def do_request_approval(*, record: RolloutConfigRecord, user, checkpoint: str, comment: str = "") -> ApprovalRequest:
     checkpoint = check_checkpoint(checkpoint)
-    with transaction.atomic():
-        pending = (ApprovalRequest.objects.select_for_update()
-                   .filter(config=record, checkpoint=checkpoint, state=ApprovalState.PENDING).first())
-        if pending is not None:
-            raise Refused(f"approval of this config for {checkpoint} is already requested (#{pending.pk})", status=409)
-        approval = ApprovalRequest.objects.create(team=record.team, config=record, checkpoint=checkpoint,
-                                                  requested_by=user, request_comment=comment[:5000])
-        audit.record(record.team, user, audit.APPROVAL_REQUESTED,
-                     f"requested approval of {record.name} for {checkpoint}", subject="approval", subject_id=approval.pk,
-                     config=record.pk)
-        webhooks.queue_event(record.team, "approval.requested", _event_payload(approval))
+    try:
+        with transaction.atomic():
+            approval = ApprovalRequest.objects.create(team=record.team, config=record, checkpoint=checkpoint,
+                                                      requested_by=user, request_comment=comment[:5000])
+            audit.record(record.team, user, audit.APPROVAL_REQUESTED,
+                         f"requested approval of {record.name} for {checkpoint}", subject="approval",
+                         subject_id=approval.pk, config=record.pk)
+            webhooks.queue_event(record.team, "approval.requested", _event_payload(approval))
+    except IntegrityError:  # one pending request per config and checkpoint
+        pending = ApprovalRequest.objects.filter(config=record, checkpoint=checkpoint, state=ApprovalState.PENDING).first()
+        raise Refused(f"approval of this config for {checkpoint} is already requested "
+                      f"(#{pending.pk if pending else '?'})", status=409) from None
     return approval
 
 

@@ -10,6 +10,9 @@ class RolloutConfigRecordAdmin(admin.ModelAdmin):
     search_fields = ["name", "config_hash"]
     readonly_fields = ["config", "config_hash", "created_at"]
 
+    def has_change_permission(self, request, obj=None):
+        return False  # immutable: editing makes a new record, in the product
+
 
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(admin.ModelAdmin):

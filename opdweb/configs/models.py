@@ -11,6 +11,10 @@ from django.conf import settings
 from django.db import models
 
 
+class ImmutableConfig(Exception):
+    pass
+
+
 class RolloutConfigRecord(models.Model):
     team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="rollout_configs")
     name = models.CharField(max_length=200)
@@ -31,6 +35,11 @@ class RolloutConfigRecord(models.Model):
     @property
     def short_hash(self) -> str:
         return self.config_hash[:12]
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise ImmutableConfig("a rollout config is immutable; editing it makes a new one")
+        super().save(*args, **kwargs)
 
 
 class ApprovalState(models.TextChoices):
@@ -66,6 +75,8 @@ class ApprovalRequest(models.Model):
     class Meta:
         ordering = ["-requested_at"]
         indexes = [models.Index(fields=["team", "state"])]
+        constraints = [models.UniqueConstraint(fields=["config", "checkpoint"], condition=models.Q(state="pending"),
+                                               name="one_pending_request_per_config_and_checkpoint")]
 
     def __str__(self) -> str:
         return f"approval #{self.pk} of {self.config} for {self.checkpoint} ({self.state})"

@@ -366,8 +366,8 @@ def test_config_approval_and_team_pages_authorization_matrix(capsys, tmp_path, s
                          (want, want == ok), (page(r), made is not None))
 
             # Deciding (reject: needs no evidence) a fresh request of someone else.
-            pending = ApprovalRequest.objects.create(team=team, config=records[slug], checkpoint=f"{checkpoint}/x",
-                                                     requested_by=requester[slug])
+            pending = ApprovalRequest.objects.create(team=team, config=records[slug], requested_by=requester[slug],
+                                                     checkpoint=f"{checkpoint}-{ApprovalRequest.objects.count()}")
             path = f"/approvals/{pending.pk}/decide/"
             r = client.post(path, {"decision": "reject"})
             pending.refresh_from_db()

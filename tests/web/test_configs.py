@@ -189,6 +189,18 @@ def test_editing_makes_a_new_record_and_leaves_the_old_one(member_client):
     assert old.config == dict(DEFAULTS, weights="fp8_e4m3")
 
 
+def test_a_record_cannot_be_changed_in_place(member):
+    from opdweb.configs.models import ImmutableConfig
+
+    user, team = member
+    record, _ = do_create_config(team=team, user=user, name="base", data={})
+    record.config = dict(DEFAULTS, weights="fp8_e4m3")
+    with pytest.raises(ImmutableConfig):
+        record.save()
+    record.refresh_from_db()
+    assert record.config == DEFAULTS
+
+
 def test_a_config_page_lists_exactly_the_jobs_that_ran_it(member_client):
     client, user, team = member_client
     record, _ = do_create_config(team=team, user=user, name="fp8", data={"weights": "fp8_e4m3"})
