@@ -31,6 +31,16 @@ def config_from_form(post) -> dict:
     return config
 
 
+class _LoaderWithoutAliases(yaml.SafeLoader):
+    """YAML without anchors and aliases: a few lines of aliases can expand to billions of
+    nodes (the "billion laughs"), and a config has no use for them."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("anchors and aliases (&name, *name) are not accepted in a rollout config")
+        return super().compose_node(parent, index)
+
+
 def config_from_yaml(text: str) -> dict:
     """A YAML mapping, or a 400 (a 413 past the size limit) saying what is wrong with it."""
     limit = settings.JOB_CONFIG_MAX_BYTES
@@ -38,9 +48,11 @@ def config_from_yaml(text: str) -> dict:
         raise Refused(f"the YAML is {len(text.encode()):,} bytes; a rollout config may be at most {limit:,}",
                       status=413)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_LoaderWithoutAliases)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         raise Refused(f"the YAML cannot be read: {exc}") from None
+    except RecursionError:
+        raise Refused("the YAML is nested too deeply to be a rollout config") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -118,15 +118,19 @@ def test_an_unknown_yaml_key_gets_a_did_you_mean(member_client):
     assert RolloutConfigRecord.objects.count() == 0
 
 
-def test_yaml_that_is_not_a_mapping_or_not_yaml_is_refused(member_client):
+def test_yaml_that_is_not_a_mapping_not_yaml_or_a_bomb_is_refused(member_client):
     client, user, team = member_client
-    for text, words in (("- 1\n- 2\n", "must be a mapping"), ("weights: [unclosed\n", "cannot be read")):
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9))
+    cases = (("- 1\n- 2\n", "must be a mapping"), ("weights: [unclosed\n", "cannot be read"),
+             (laughs, "anchors and aliases"), ("keep_bf16: " + "[" * 20_000 + "]" * 20_000, "nested"))
+    for text, words in cases:
         response = client.post("/configs/new/", {"source": "yaml", "team": team.slug, "yaml": text})
         assert response.status_code == 400 and words in response.content.decode(), text
     assert RolloutConfigRecord.objects.count() == 0
 
 
-def test_an_uploaded_yaml_file_with_aliases_creates_the_config(member_client):
+def test_an_uploaded_yaml_file_with_dtype_aliases_creates_the_config(member_client):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     client, user, team = member_client
