@@ -46,3 +46,18 @@ def budget_of(job: Job | None) -> MismatchBudget | None:
     result = job.result if isinstance(job.result, dict) else {}
     budget_id = _budget_id(result.get("budget")) or _budget_id(job.config.get("budget"))
     return MismatchBudget.objects.filter(pk=budget_id, team_id=job.team_id).first() if budget_id else None
+
+
+def curve_with_check(budget: MismatchBudget | None, multiple: float | None) -> list[dict]:
+    """The budget's calibration curve by multiple, with this check's multiple placed among
+    its levels (a row with ``check: True``), so an approver sees where the config falls."""
+    if budget is None or not isinstance(budget.curve, list):
+        return []
+    rows = sorted((dict(row, check=False, accuracy_pct=100 * (row.get("accuracy_mean") or 0.0),
+                        sd_pct=100 * (row.get("accuracy_sd") or 0.0))
+                   for row in budget.curve if isinstance(row, dict) and isinstance(row.get("multiple"), (int, float))),
+                  key=lambda row: row["multiple"])
+    if isinstance(multiple, (int, float)):
+        at = next((i for i, row in enumerate(rows) if row["multiple"] > multiple), len(rows))
+        rows.insert(at, {"multiple": multiple, "check": True})
+    return rows

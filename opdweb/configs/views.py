@@ -13,7 +13,8 @@ from opdweb.configs.access import visible_approval, visible_config
 from opdweb.configs.actions import do_create_config, do_decide, do_request_approval
 from opdweb.configs.currency import lapse_reason
 from opdweb.configs.canonical import ValidationError, canonical_rollout
-from opdweb.configs.evidence import ADMISSION_KIND, budget_of, jobs_using, latest_admission_check, verdict_of
+from opdweb.configs.evidence import (ADMISSION_KIND, budget_of, curve_with_check, jobs_using, latest_admission_check,
+                                     verdict_of)
 from opdweb.configs.exports import FORMATS, Provenance
 from opdweb.configs.form_schema import ROLLOUT_FIELDS, SCHEMA_PARAGRAPHS, value_at
 from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord
@@ -172,11 +173,13 @@ def approval_detail(request, approval_id: int):
     approval = visible_approval(request.user, approval_id)
     evidence = approval.admission_job if approval.state == ApprovalState.APPROVED else \
         latest_admission_check(approval.config, approval.checkpoint)
+    budget = approval.budget if approval.state == ApprovalState.APPROVED else budget_of(evidence)
+    multiple = (evidence.result or {}).get("multiple") if evidence else None
     can_decide = (approval.state == ApprovalState.PENDING and approval.viewer_role >= Role.APPROVER
                   and approval.requested_by_id != request.user.pk)
     return render(request, "configs/approval.html", {
         "approval": approval, "evidence": evidence, "result": evidence.result if evidence else None,
-        "budget": approval.budget if approval.state == ApprovalState.APPROVED else budget_of(evidence),
+        "budget": budget, "curve": curve_with_check(budget, multiple),
         "can_decide": can_decide,
         "lapse": lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None,
         "formats": FORMATS.values(),

@@ -19,10 +19,10 @@ def make_checkpoint(root: Path, name: str = "student") -> str:
     return str(path.resolve())
 
 
-def make_budget(team, checkpoint: str, value: float | None = 50.0):
+def make_budget(team, checkpoint: str, value: float | None = 50.0, curve: list | None = None):
     return MismatchBudget.objects.create(
         team=team, checkpoint=checkpoint, checkpoint_hash=checkpoint_digest(checkpoint), task="arithmetic:3",
-        method="opd", metric="k3", unit_engine="hf", tolerance=1.4, curve=[], baseline={}, budget=value,
+        method="opd", metric="k3", unit_engine="hf", tolerance=1.4, curve=curve or [], baseline={}, budget=value,
         status="reached" if value is not None else "not_reached", rule="within 1.4 points of BF16")
 
 

@@ -229,3 +229,20 @@ def test_a_check_against_another_teams_budget_is_no_evidence(world):
     approval = world.request()
     response = world.decide(approval)
     assert response.status_code == 409 and "names no mismatch budget of this team" in response.content.decode()
+
+
+def test_the_evidence_places_the_config_on_the_budgets_curve(world):
+    import re
+
+    level = {"target": 0, "multiple_ci": None, "setting": {}, "accuracies": [], "allowance_points": 2.0}
+    curve = [dict(level, multiple=60.0, accuracy_mean=0.30, accuracy_sd=0.01, drop_points=6.0, within=False),
+             dict(level, multiple=1.5, accuracy_mean=0.36, accuracy_sd=0.005, drop_points=0.0, within=True),
+             dict(level, multiple=10.0, accuracy_mean=0.355, accuracy_sd=0.02, drop_points=0.5, within=True)]
+    budget = make_budget(world.team, world.checkpoint, value=10.0, curve=curve)
+    admission_job(world.team, world.checkpoint, FP8, budget, multiple=3.2)
+    approval = world.request()
+    html = world.client(world.approver).get(f"/approvals/{approval.pk}/").content.decode()
+    table = html[html.index('id="budget-curve"'):html.index("</table>", html.index('id="budget-curve"'))]
+    rows = re.findall(r"<tr[^>]*>\s*<td>(?:<b>)?([\d.]+)", table)
+    assert rows == ["1.50", "3.20", "10.00", "60.00"]
+    assert "36.0 % ± 0.5" in table and "30.0 % ± 1.0" in table and "← this config (pass)" in table
