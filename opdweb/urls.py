@@ -4,10 +4,11 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from opdweb.api import Api
+from opdweb.budgets import api as budgets_api
 from opdweb.health import views as health
 from opdweb.jobs import api as jobs_api
 
-api = Api(title="opdweb", version="1", routes=[jobs_api.routes])
+api = Api(title="opdweb", version="1", routes=[jobs_api.routes, budgets_api.routes])
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list"), name="home"),

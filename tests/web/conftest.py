@@ -126,13 +126,13 @@ def wait_for_children_to_disconnect(timeout: float = 15) -> None:
 
 @pytest.fixture
 def start_worker(service_env, tmp_path):
-    """Start a real Celery worker (solo pool, both queues); waits until it reports in."""
+    """Start a real Celery worker (solo pool, both queues unless told); waits until it reports in."""
     from opdweb.health.models import WorkerPresence
 
     started: list[Process] = []
 
-    def start(name: str = "w1", **extra_env: str) -> Process:
-        command = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "-Q", "gpu,cpu",
+    def start(name: str = "w1", queues: str = "gpu,cpu", **extra_env: str) -> Process:
+        command = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "-Q", queues,
                    "--pool", "solo", "-n", f"{name}@test", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
         proc = Process(f"worker-{name}", command, {**service_env, **extra_env}, tmp_path)
         started.append(proc)

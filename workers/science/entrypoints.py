@@ -159,6 +159,8 @@ register(JobKind(
     entry="workers.science.budget.noise:run_noise_solve",
     queue="gpu",
     time_limit_s=2 * 3600,
+    resumable=True,  # measuring again is harmless (the BF16 reference is cached)
+    max_attempts=3,
     example=lambda student: {"model": student, "target_multiple": 100.0, "prompts": 128},
     formatter=format_noise_solve,
 ))

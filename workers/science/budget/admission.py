@@ -47,6 +47,9 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
 
     reporter = reporter or NullReporter()
     spec = cfg.budget
+    if not isinstance(spec, BudgetSpec):
+        raise ConfigError(f"budget #{spec} is an id the product resolves; here give the budget's JSON file (its page "
+                          "offers it: /api/budgets/ID/spec)")
     reference = spec.unit_engine if cfg.reference_engine in (None, "auto") else cfg.reference_engine
     measurement = MismatchJobConfig.model_validate(
         {**cfg.model_dump(include=set(MismatchJobConfig.model_fields)), "reference_engine": reference})

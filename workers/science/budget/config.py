@@ -103,7 +103,8 @@ class BudgetSpec(_Strict):
 class AdmissionJobConfig(MismatchJobConfig):
     """Admission check: the config's multiple against a mismatch budget, with a verdict."""
 
-    budget: BudgetSpec
+    budget: BudgetSpec | int = Field(..., description="The budget: in the product, the id of one of the team's "
+                                                   "budgets; on the command line, the budget's JSON file.")
     drift: bool = Field(True, description="Also measure prefix drift (first divergence, mismatch after it).")
     drift_prompts: int = Field(32, ge=1, le=4096)
     recipe: bool = Field(False, description="Also scan per-layer sensitivity and name the cheapest FP8 recipe "
@@ -115,7 +116,7 @@ class AdmissionJobConfig(MismatchJobConfig):
     @classmethod
     def _budget_metric(cls, data: Any) -> Any:
         """The metric is the budget's: given explicitly, it must agree."""
-        if isinstance(data, dict) and isinstance(data.get("budget"), dict):
+        if isinstance(data, dict) and isinstance(data.get("budget"), dict):  # an id is resolved by the product
             metric = data["budget"].get("metric")
             if "metric" in data and metric is not None and data["metric"] != metric:
                 raise ValueError(f"metric {data['metric']!r} differs from the budget's metric {metric!r}: a multiple "

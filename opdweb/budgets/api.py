@@ -1,0 +1,87 @@
+"""Mismatch budgets over the API (read-only: a budget is made by a calibration job)."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from opdweb.api import Routes
+from opdweb.budgets.models import MismatchBudget
+from opdweb.refusals import Refused
+from opdweb.teams.access import teams_of
+
+routes = Routes()
+
+
+class BudgetOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    team: str
+    created_at: datetime
+    calibration_job_id: int | None
+    checkpoint: str
+    checkpoint_hash: str
+    teacher: str
+    task: str
+    method: str
+    metric: str
+    unit_engine: str
+    reference_value: float | None
+    step: int
+    tolerance: float
+    budget: float | None = Field(description="the budget multiple; with status not_reached, a lower bound")
+    status: str
+    bracket_low: float | None
+    bracket_high: float | None
+    curve: list[dict[str, Any]]
+    baseline: dict[str, Any]
+    rule: str
+    superseded_by_id: int | None
+
+    @field_validator("team", mode="before")
+    @classmethod
+    def _team_slug(cls, team):
+        return getattr(team, "slug", team)
+
+
+class BudgetFilter(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint: str | None = Field(None, max_length=1000)
+    method: str | None = Field(None, max_length=40)
+    current: bool = Field(False, description="only budgets no newer calibration superseded")
+    limit: int = Field(100, ge=1, le=1000)
+
+
+def visible_budget(user, budget_id: int) -> MismatchBudget:
+    budget = MismatchBudget.objects.filter(pk=budget_id, team__in=teams_of(user)).select_related("team").first()
+    if budget is None:
+        raise Refused(f"budget #{budget_id} not found", status=404)
+    return budget
+
+
+@routes.route("GET", "budgets", summary="Mismatch budgets of your teams, newest first", query=BudgetFilter,
+              response=list[BudgetOut])
+def list_budgets(request, query: BudgetFilter):
+    budgets = MismatchBudget.objects.filter(team__in=teams_of(request.user)).select_related("team")
+    if query.checkpoint:
+        budgets = budgets.filter(checkpoint=query.checkpoint)
+    if query.method:
+        budgets = budgets.filter(method=query.method)
+    if query.current:
+        budgets = budgets.filter(superseded_by__isnull=True)
+    return list(budgets[: query.limit])
+
+
+@routes.route("GET", "budgets/<int:budget_id>", summary="One budget with its calibration curve", response=BudgetOut,
+              errors=(404,))
+def get_budget(request, budget_id: int):
+    return visible_budget(request.user, budget_id)
+
+
+@routes.route("GET", "budgets/<int:budget_id>/spec", summary="The budget as `python -m workers admit --budget FILE` "
+              "takes it", response=dict[str, Any], errors=(404,))
+def budget_spec(request, budget_id: int):
+    return visible_budget(request.user, budget_id).spec()

@@ -1,0 +1,119 @@
+"""The budget loop through the whole stack: a calibration fans its ladder out as child jobs
+that several real workers share (one of them killed mid-run), its budget is stored, and an
+admission check names it by id and gets a verdict."""
+from __future__ import annotations
+
+import signal
+
+import pytest
+from django.conf import settings
+
+from opdweb.budgets.models import ImmutableBudget, MismatchBudget
+from opdweb.jobs.actions import do_reap_stale_jobs, do_submit_job
+from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.runner import record_outcome
+from opdweb.refusals import Refused
+from opdweb.teams.models import Team
+from tests.web.conftest import wait_for
+from tests.web.test_science_jobs import toy_student  # noqa: F401 - the session fixture
+
+
+def calibration_config(student: str, **extra) -> dict:
+    teacher = str(settings.DATA_DIR / "toy" / "test" / "teacher")
+    return {"model": student, "teacher": teacher, "levels": [10.0, 100.0], "seeds": 2, "steps": 150, "batch_size": 8,
+            "eval_prompts": 16, "measure_prompts": 256, "reference_engine": "hf", "max_extensions": 0,
+            "device": "cpu", **extra}
+
+
+def test_a_calibration_shares_its_children_among_workers_survives_a_kill_and_feeds_an_admission(
+        member, start_worker, toy_student, settings, service_env):  # noqa: F811
+    settings.JOB_STALE_SECONDS = float(service_env["JOB_STALE_SECONDS"])
+    user, team = member
+    start_worker("parent", queues="cpu")
+    doomed = start_worker("g1", queues="gpu")
+    start_worker("g2", queues="gpu")
+    parent = do_submit_job(team=team, user=user, kind_name="calibration", config=calibration_config(toy_student))
+
+    # Kill a gpu worker while it holds a training child; the reaper requeues the child for the other worker.
+    def g1_mid_training():
+        return Job.objects.filter(parent=parent, kind="train", state=JobState.RUNNING, worker__startswith="g1@",
+                                  progress__gt=0.0, progress__lt=0.6).first()
+    killed = wait_for(g1_mid_training, 300, "g1 to be mid-way through a training child", interval=0.05)
+    doomed.kill(signal.SIGKILL)
+    wait_for(lambda: (do_reap_stale_jobs(), Job.objects.get(pk=killed.pk).attempts == 2)[1], 30,
+             f"the reaper to requeue child #{killed.pk}")
+
+    wait_for(lambda: Job.objects.get(pk=parent.pk).state in (JobState.SUCCEEDED, JobState.FAILED), 600,
+             "the calibration", interval=0.5)
+    parent.refresh_from_db()
+    assert parent.state == JobState.SUCCEEDED, (parent.error, parent.traceback)
+    children = list(Job.objects.filter(parent=parent))
+    # 2 noise solves, 2 baseline seeds, 2 levels x 2 seeds: each exactly once, all succeeded
+    assert sorted(c.child_key for c in children) == sorted(
+        ["noise-10", "noise-100", "train-baseline-s0", "train-baseline-s1",
+         "train-10x-s0", "train-10x-s1", "train-100x-s0", "train-100x-s1"])
+    assert all(c.state == JobState.SUCCEEDED for c in children)
+    assert Job.objects.get(pk=killed.pk).attempts == 2 and Job.objects.get(pk=killed.pk).worker.startswith("g2@")
+
+    budget = MismatchBudget.objects.get(calibration_job=parent)
+    assert budget.team == team and budget.method == "opd:full" and budget.unit_engine == "hf"
+    assert [row["target"] for row in budget.curve] == [10.0, 100.0]
+    baseline = sorted(c.result["final_accuracy"] for c in children if c.child_key.startswith("train-baseline"))
+    assert sorted(budget.baseline["accuracies"]) == baseline
+
+    # An admission check names the budget by id; BF16 is the unit, so it passes any reached budget.
+    admission = do_submit_job(team=team, user=user, kind_name="admission",
+                              config={"model": toy_student, "budget": budget.pk, "prompts": 32})
+    assert admission.config["budget"]["id"] == budget.pk and admission.config["budget"]["metric"] == "k3"
+    wait_for(lambda: Job.objects.get(pk=admission.pk).state in (JobState.SUCCEEDED, JobState.FAILED), 240,
+             "the admission check", interval=0.5)
+    admission.refresh_from_db()
+    assert admission.state == JobState.SUCCEEDED, admission.traceback
+    assert budget.budget >= 10.0  # a stored budget is at least its lowest level (a lower one is refused)
+    assert admission.result["verdict"] == "pass" and admission.result["budget"]["id"] == budget.pk
+
+
+def stored_calibration(team, user, student, budget=50.0):
+    """A calibration job recorded as succeeded through the runner's path (no worker needed)."""
+    job = Job.objects.create(team=team, created_by=user, kind="calibration", config={}, state=JobState.RUNNING)
+    result = {"checkpoint": student, "checkpoint_hash": "abc", "teacher": "", "task": "arithmetic:1",
+              "method": "opd:full", "metric": "k3", "unit_engine": "hf", "reference_value": 1e-4, "step": 0,
+              "tolerance": 1.4, "curve": [], "baseline": {"accuracies": [0.5]}, "budget": budget, "status": "reached",
+              "bracket": [budget, budget * 10], "rule": "r"}
+    assert record_outcome(job, JobState.SUCCEEDED, {"result": result})
+    return MismatchBudget.objects.get(calibration_job=job)
+
+
+def test_a_newer_calibration_supersedes_and_budgets_are_immutable(member, toy_student):  # noqa: F811
+    user, team = member
+    first = stored_calibration(team, user, toy_student, 50.0)
+    second = stored_calibration(team, user, toy_student, 20.0)
+    first.refresh_from_db()
+    assert first.superseded_by_id == second.pk and second.is_current and first.budget == 50.0
+    first.budget = 99.0
+    with pytest.raises(ImmutableBudget):
+        first.save()
+    assert MismatchBudget.objects.get(pk=first.pk).budget == 50.0
+    with pytest.raises(Refused, match=f"superseded by #{second.pk}"):
+        do_submit_job(team=team, user=user, kind_name="admission", config={"model": toy_student, "budget": first.pk})
+
+
+def test_bad_budget_references_and_calibration_configs_are_refused_and_write_nothing(member, toy_student):  # noqa: F811
+    user, team = member
+    other_team = Team.objects.create(name="other", slug="other")
+    theirs = stored_calibration(other_team, None, toy_student)
+    before = Job.objects.count()
+    for config, message in [
+        ({"model": toy_student, "budget": theirs.pk}, f"no budget #{theirs.pk}"),
+        ({"model": toy_student, "budget": 10**9}, "no budget #1000000000"),
+        ({"model": toy_student, "budget": {"budget": 1e9, "status": "reached"}}, "give the id"),
+        ({"model": toy_student}, "give the id"),
+    ]:
+        with pytest.raises(Refused, match=message) as refused:
+            do_submit_job(team=team, user=user, kind_name="admission", config=config)
+        assert refused.value.status == 400
+    for extra, field in [({"tolerance": -1}, "tolerance"), ({"levels": [10.0]}, "levels"), ({"metric": "k9"}, "metric")]:
+        with pytest.raises(Refused) as refused:
+            do_submit_job(team=team, user=user, kind_name="calibration", config=calibration_config(toy_student, **extra))
+        assert [d["field"] for d in refused.value.details] == [field], refused.value.details
+    assert Job.objects.count() == before
