@@ -3,6 +3,7 @@ config's page with its jobs and approvals, approval requests and decisions, expo
 from __future__ import annotations
 
 import yaml
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
@@ -70,16 +71,17 @@ def _as_yaml(config: dict) -> str:
 @login_required
 @answers_refusals
 def config_new(request, derived_from: RolloutConfigRecord | None = None):
-    teams = list(teams_of(request.user, Role.MEMBER))
+    # An edit stays in its config's team (the new record names the one it came from).
+    teams = [derived_from.team] if derived_from else list(teams_of(request.user, Role.MEMBER))
     if not teams:
         raise Refused("you are not a member of a team that can create rollout configs", status=403)
     preset = PRESETS_BY_SLUG.get(request.GET.get("preset", ""))
-    config = derived_from.config if derived_from else (preset.config if preset else {})
+    shown = derived_from.config if derived_from else (preset.config if preset else {})  # what the form shows
     context = {
         "teams": teams, "presets": PRESETS, "preset": preset, "derived_from": derived_from,
         "team": derived_from.team.slug if derived_from else request.GET.get("team", teams[0].slug),
         "name": derived_from.name if derived_from else (preset.title if preset else ""),
-        "yaml_text": _as_yaml(config), "schema_doc": SCHEMA_PARAGRAPHS, "problems": [], "error": None,
+        "yaml_text": _as_yaml(shown), "schema_doc": SCHEMA_PARAGRAPHS, "problems": [], "error": None,
     }
     status, source = 200, "form"
     if request.method == "POST":
@@ -100,22 +102,19 @@ def config_new(request, derived_from: RolloutConfigRecord | None = None):
                                                derived_from=derived_from)
         except Refused as exc:
             status, context["error"], context["problems"] = exc.status, str(exc), exc.details
-            if source == "form":
-                config = config_from_form(request.POST)
+            shown = config_from_form(request.POST) if source == "form" else shown
         else:
             if not created:
                 messages.info(request, f"this config already exists in team {team.slug} as {record.name}")
             return redirect("configs:detail", config_id=record.pk)
     from_form = request.method == "POST" and source == "form"
-    context["rows"] = _form_rows(config, context["problems"] if from_form else [])
-    shown = {f.name for f in ROLLOUT_FIELDS} | {"keep_bf16"}
-    context["general_problems"] = [p for p in context["problems"] if not from_form or _row_of(p["field"]) not in shown]
+    context["rows"] = _form_rows(shown, context["problems"] if from_form else [])
+    inputs = {f.name for f in ROLLOUT_FIELDS}
+    context["general_problems"] = [p for p in context["problems"] if not from_form or _row_of(p["field"]) not in inputs]
     return render(request, "configs/new.html", context, status=status)
 
 
 def _read_upload(upload) -> str:
-    from django.conf import settings
-
     limit = settings.JOB_CONFIG_MAX_BYTES
     if upload.size > limit:
         raise Refused(f"the uploaded file is {upload.size:,} bytes; a rollout config may be at most {limit:,}",

@@ -234,3 +234,12 @@ def test_viewers_cannot_create_and_other_teams_configs_are_not_found(db):
     assert client.get(f"/configs/{record.pk}/").status_code == 404
     assert client.get(f"/configs/{record.pk}/edit/").status_code == 404
     assert RolloutConfigRecord.objects.count() == 1
+
+
+def test_an_edit_stays_in_its_configs_team(member_client):
+    client, user, team = member_client
+    elsewhere = MembershipFactory(user=user, role=Role.MEMBER).team
+    old, _ = do_create_config(team=team, user=user, name="base", data={})
+    response = client.post(f"/configs/{old.pk}/edit/", form_data(elsewhere, name="moved", staleness="1"))
+    assert response.status_code == 403
+    assert RolloutConfigRecord.objects.count() == 1
