@@ -163,8 +163,12 @@ def approval_request(request, config_id: int):
 @login_required
 def approval_list(request):
     approvals = (ApprovalRequest.objects.filter(team__in=teams_of(request.user))
-                 .select_related("team", "config", "requested_by", "decided_by")[:500])
-    return render(request, "configs/approvals.html", {"approvals": approvals})
+                 .select_related("team", "config", "requested_by", "decided_by"))
+    state = request.GET.get("state")
+    if state in ApprovalState.values:
+        approvals = approvals.filter(state=state)
+    return render(request, "configs/approvals.html",
+                  {"approvals": approvals[:500], "states": ApprovalState.values, "state": state})
 
 
 @login_required

@@ -246,3 +246,11 @@ def test_the_evidence_places_the_config_on_the_budgets_curve(world):
     rows = re.findall(r"<tr[^>]*>\s*<td>(?:<b>)?([\d.]+)", table)
     assert rows == ["1.50", "3.20", "10.00", "60.00"]
     assert "36.0 % ± 0.5" in table and "30.0 % ± 1.0" in table and "← this config (pass)" in table
+
+
+def test_the_approvals_list_filters_by_state(world):
+    pending = world.request()
+    client = world.client(world.approver)
+    assert [a.pk for a in client.get("/approvals/?state=pending").context["approvals"]] == [pending.pk]
+    assert list(client.get("/approvals/?state=approved").context["approvals"]) == []
+    assert [a.pk for a in client.get("/approvals/").context["approvals"]] == [pending.pk]
