@@ -23,7 +23,3 @@ def lapse_reason(approval: ApprovalRequest) -> str | None:
     if current_checkpoint_hash(approval.checkpoint) != approval.checkpoint_hash:
         return f"the checkpoint {approval.checkpoint} changed since it was approved (approval #{approval.pk} lapsed)"
     return None
-
-
-def is_current(approval: ApprovalRequest) -> bool:
-    return lapse_reason(approval) is None
