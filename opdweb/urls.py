@@ -15,6 +15,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("jobs/", include("opdweb.jobs.urls")),
+    path("budgets/", include("opdweb.budgets.urls")),
     path("", include("opdweb.configs.urls")),
     path("teams/", include("opdweb.teams.urls")),
     path("status/", health.status_page, name="status"),

@@ -41,6 +41,10 @@ def job_new(request):
     examples = example_configs()
     form = {"kind": "selftest", "config": json.dumps(examples["selftest"], indent=2), "name": "",
             "team": teams[0].slug if teams else ""}
+    if request.GET.get("kind") in examples:
+        form.update(kind=request.GET["kind"], config=json.dumps(examples[request.GET["kind"]], indent=2))
+    if request.GET.get("clone", "").isdigit():
+        form.update(cloned_form(request.user, int(request.GET["clone"]), request.GET.get("prompts", "")))
     error = None
     if request.method == "POST":
         form = {k: request.POST.get(k, "") for k in ("kind", "config", "name", "team")}
@@ -59,6 +63,22 @@ def job_new(request):
         status = 200
     context = {"form": form, "teams": teams, "kinds": KINDS.values(), "error": error, "examples": examples}
     return render(request, "jobs/new.html", context, status=status if error else 200)
+
+
+def cloned_form(user, job_id: int, prompts: str) -> dict:
+    """The form filled from a job the user can see (re-run, or extend a measurement with
+    more prompts: the same seed measures the same first prompts again, the BF16 reference
+    comes from the cache)."""
+    job = visible_job(user, job_id)
+    config = dict(job.config)
+    if job.kind == "admission" and isinstance(config.get("budget"), dict):
+        config["budget"] = config["budget"].get("id")  # the form takes the budget's id
+    for product_field in ("cache_dir", "out"):
+        config.pop(product_field, None)
+    if prompts.isdigit() and "prompts" in config:
+        config["prompts"] = int(prompts)
+    return {"kind": job.kind, "config": json.dumps(config, indent=2), "team": job.team.slug,
+            "name": (job.name or f"re-run of #{job.pk}")[:200]}
 
 
 def mismatch_summary(result) -> dict | None:

@@ -69,7 +69,7 @@ def test_a_calibration_shares_its_children_among_workers_survives_a_kill_and_fee
              "the admission check", interval=0.5)
     admission.refresh_from_db()
     assert admission.state == JobState.SUCCEEDED, admission.traceback
-    assert budget.budget >= 10.0  # a stored budget is at least its lowest level (a lower one is refused)
+    assert budget.budget > 1.0  # the measured multiple of a level: a stored budget is never below its lowest
     assert admission.result["verdict"] == "pass" and admission.result["budget"]["id"] == budget.pk
 
 

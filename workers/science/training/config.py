@@ -20,6 +20,13 @@ OPDLoss = Literal["full", "topk", "sampled"]
 Correction = Literal["none", "tis", "mask"]
 
 
+class BudgetAtStep(_Strict):
+    """A mismatch budget calibrated at a checkpoint of this training (its step)."""
+
+    step: int = Field(0, ge=0, le=1_000_000_000)
+    multiple: float = Field(..., gt=0.0, le=1e12)
+
+
 class TrainingConfig(_Strict):
     """What every training method shares."""
 
@@ -57,6 +64,11 @@ class TrainingConfig(_Strict):
     resume_from: str | None = Field(None, max_length=1000, json_schema_extra={"sandbox": "model"},
                                     description="A checkpoint folder (checkpoint-STEP/) to continue from; overrides "
                                                 "resume.")
+    budget: list[BudgetAtStep] = Field(default_factory=list, max_length=1000,
+                                       description="Budgets calibrated at checkpoints of this run: at every "
+                                                   "evaluation the rollout config's multiple is re-measured at the "
+                                                   "current weights and judged against the budget of that step "
+                                                   "(interpolated between checkpoints).")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seeds prompts, sampling and per-step noise: a fixed seed "
                                                         "repeats a run bit for bit on CPU.")
     trainer_dtype: ComputeDtype = Field("fp32", description="Master weights of the trainer copy (fp32 only for now).")

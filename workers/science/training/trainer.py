@@ -41,6 +41,7 @@ from ..reporting import Cancelled, NullReporter, Reporter
 from ..prompts import TASK_FILE, model_task
 from . import losses
 from .config import TrainingConfig
+from .recheck import AdmissionRecheck
 
 CHECKPOINT_PREFIX = "checkpoint-"
 STATE_FILE = "trainer_state.pt"
@@ -111,6 +112,7 @@ class OnPolicyTrainer:
         self.evals: list[tuple[int, float]] = []
         self.totals = {"rollout_s": 0.0, "teacher_s": 0.0, "update_s": 0.0, "eval_s": 0.0, "step_overlapped_s": 0.0,
                        "tokens": 0}
+        self.recheck = AdmissionRecheck(self) if config.budget else None
         if self.resume_path is not None:
             self._load_state(self.resume_path)
 
@@ -292,14 +294,20 @@ class OnPolicyTrainer:
     def _bf16_reference(self) -> float | None:
         """k3 of a plain BF16 engine on the start weights against the trainer: the unit of
         ``mismatch/multiple`` (as the measurement's multiple)."""
-        problems = self.train_problems(0)
-        ref_cfg = RolloutConfig(dtype="bf16", sampling=self.sampling, seed=self.config.rollout.seed)
-        r = self.rollout(problems, 0, 0, ref_cfg)
+        value = self.k3_against_trainer(self.bf16_config(), self.train_problems(0), 0)
+        return value if value > 0 else None
+
+    def bf16_config(self) -> RolloutConfig:
+        return RolloutConfig(dtype="bf16", sampling=self.sampling, seed=self.config.rollout.seed)
+
+    def k3_against_trainer(self, cfg: RolloutConfig, problems: Sequence[Problem], step: int) -> float:
+        """k3 of an engine built from ``cfg`` on the current weights, sampling ``problems``
+        with the seed of ``step``, against the trainer on the same tokens."""
+        r = self.rollout(problems, step, self.step, cfg)
         with torch.no_grad():
             logp = response_logprobs(self.model, r.prompt_ids, r.tokens, r.mask, self.pad_id, self.device)
         lp = logp.gather(-1, r.tokens.to(self.device)[..., None]).squeeze(-1).cpu()
-        value = losses.k3(lp, r.logprobs, r.mask)
-        return value if value > 0 else None
+        return losses.k3(lp, r.logprobs, r.mask)
 
     def _evaluate(self, step: int) -> float:
         t0 = time.perf_counter()
@@ -314,6 +322,8 @@ class OnPolicyTrainer:
         self.evals.append((step, acc))
         self.totals["eval_s"] += time.perf_counter() - t0
         self.reporter.log(step, {"eval/accuracy": acc})
+        if self.recheck is not None:
+            self.recheck.check(step)
         return acc
 
     # -- checkpoints ------------------------------------------------------------------------------
@@ -368,6 +378,7 @@ class OnPolicyTrainer:
             "evals": [{"step": s, "accuracy": a} for s, a in self.evals], "checkpoint": checkpoint,
             "k3_reference": self.k3_reference, "time": {k: v for k, v in self.totals.items() if k != "tokens"},
             "tokens": self.totals["tokens"], "async_k": self.config.async_k,
+            "admission": self.recheck.report() if self.recheck is not None else None,
         }
 
 

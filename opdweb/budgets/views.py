@@ -1,0 +1,50 @@
+"""Budget pages: every budget of your teams, and one budget's curve with the admission
+checks that used it placed on it."""
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import OuterRef, Subquery
+from django.http import Http404
+from django.shortcuts import render
+
+from opdweb.budgets.models import MismatchBudget
+from opdweb.jobs.models import Job, JobState
+from opdweb.teams.access import teams_of
+from opdweb.teams.models import Membership
+
+
+@login_required
+def budget_list(request):
+    budgets = MismatchBudget.objects.filter(team__in=teams_of(request.user)).select_related("team", "calibration_job")
+    return render(request, "budgets/list.html", {"budgets": budgets[:500]})
+
+
+def visible_budget(user, budget_id: int) -> MismatchBudget:
+    """The budget if ``user`` is in its team (else 404: other teams' budgets are never revealed)."""
+    role = Membership.objects.filter(team=OuterRef("team"), user=user).values("role")[:1]
+    budget = (MismatchBudget.objects.select_related("team", "calibration_job").annotate(role=Subquery(role))
+              .filter(pk=budget_id).first())
+    if budget is None or budget.role is None:
+        raise Http404(f"budget #{budget_id} not found")
+    return budget
+
+
+def admission_points(budget: MismatchBudget) -> list[dict]:
+    """Every finished admission check against this budget: its config, multiple, CI, verdict."""
+    jobs = Job.objects.filter(team=budget.team, kind="admission", state=JobState.SUCCEEDED,
+                              config__budget__id=budget.pk).order_by("-created_at")[:200]
+    return [{"job": j.pk, "name": j.name or f"#{j.pk}", "verdict": j.result.get("verdict"),
+             "multiple": j.result.get("multiple"), "ci": j.result.get("multiple_ci"),
+             "rollout": j.result.get("rollout")} for j in jobs if isinstance(j.result, dict)]
+
+
+@login_required
+def budget_detail(request, budget_id: int):
+    budget = visible_budget(request.user, budget_id)
+    by_step = MismatchBudget.objects.filter(team=budget.team, task=budget.task, method=budget.method,
+                                            metric=budget.metric).order_by("step", "-created_at")
+    checks = admission_points(budget)
+    chart = {"curve": budget.curve, "baseline": budget.baseline, "tolerance": budget.tolerance,
+             "budget": budget.budget, "status": budget.status, "checks": checks}
+    return render(request, "budgets/detail.html", {"budget": budget, "by_step": by_step, "checks": checks,
+                                                   "chart": chart})

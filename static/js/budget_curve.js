@@ -1,0 +1,40 @@
+// The budget page's chart: held-out accuracy against the measured multiple (log x), the
+// seeds of every level, the tolerance band under the BF16 baseline, the budget line and
+// every admission check placed at its multiple, coloured by verdict.
+(function () {
+  const data = JSON.parse(document.getElementById("budget-data").textContent);
+  const pct = (x) => 100 * x;
+  const base = data.baseline;
+  const rows = data.curve;
+  const seedsX = [], seedsY = [];
+  for (const r of rows) for (const a of r.accuracies) { seedsX.push(r.multiple); seedsY.push(pct(a)); }
+  for (const a of base.accuracies || []) { seedsX.push(1); seedsY.push(pct(a)); }
+  const xs = [1].concat(rows.map((r) => r.multiple));
+  const lo = Math.min(...xs) / 2, hi = Math.max(...xs.concat(data.checks.map((c) => c.multiple || 1))) * 2;
+  const traces = [
+    { x: seedsX, y: seedsY, mode: "markers", name: "seeds", marker: { color: "rgba(25,113,194,0.35)", size: 7 } },
+    { x: xs, y: [pct(base.mean)].concat(rows.map((r) => pct(r.accuracy_mean))), mode: "lines+markers", name: "mean",
+      error_y: { type: "data", array: [pct(base.sd || 0)].concat(rows.map((r) => pct(r.accuracy_sd))), visible: true },
+      line: { color: "#1971c2" } },
+  ];
+  const colours = { pass: "#2f9e44", fail: "#e03131", inconclusive: "#f08c00" };
+  const floor = Math.min(...seedsY) - 2;
+  for (const verdict of ["pass", "fail", "inconclusive"]) {
+    const cs = data.checks.filter((c) => c.verdict === verdict && c.multiple);
+    if (!cs.length) continue;
+    traces.push({ x: cs.map((c) => c.multiple), y: cs.map(() => floor), mode: "markers", name: `admission: ${verdict}`,
+      text: cs.map((c) => c.name), marker: { symbol: "diamond", size: 11, color: colours[verdict] },
+      error_x: { type: "data", symmetric: false, array: cs.map((c) => (c.ci ? c.ci[1] - c.multiple : 0)),
+                 arrayminus: cs.map((c) => (c.ci ? c.multiple - c.ci[0] : 0)), color: colours[verdict] } });
+  }
+  const shapes = [{ type: "rect", xref: "paper", x0: 0, x1: 1, y0: pct(base.mean) - data.tolerance, y1: pct(base.mean),
+                    fillcolor: "rgba(47,158,68,0.12)", line: { width: 0 } }];
+  if (data.budget) shapes.push({ type: "line", x0: data.budget, x1: data.budget, yref: "paper", y0: 0, y1: 1,
+                                 line: { color: "#e03131", dash: data.status === "not_reached" ? "dot" : "solid" } });
+  Plotly.newPlot("budget-curve", traces, {
+    margin: { t: 30, r: 20, b: 50, l: 60 }, shapes,
+    xaxis: { type: "log", title: "multiple of the BF16 engine's mismatch", range: [Math.log10(lo), Math.log10(hi)] },
+    yaxis: { title: "held-out accuracy (%)" },
+    title: { text: "accuracy against mismatch; band: tolerance under the BF16 baseline; red: the budget", font: { size: 13 } },
+  }, { displaylogo: false, responsive: true });
+})();

@@ -1,0 +1,67 @@
+"""The budget pages and the admission verdict on a job page, for members and outsiders, and
+the budget curve drawn in a real browser."""
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import expect
+
+from opdweb.jobs.models import Job, JobState
+from tests.web.test_budget_jobs import stored_calibration
+from tests.web.test_pages_browser import log_in, page  # noqa: F401 - the browser fixture
+
+CURVE = [
+    {"target": 10.0, "multiple": 9.1, "multiple_ci": [7.0, 11.0], "setting": {"noise_sigma": 0.02},
+     "accuracies": [0.50, 0.52], "accuracy_mean": 0.51, "accuracy_sd": 0.0141, "drop_points": 0.0,
+     "allowance_points": 2.4, "within": True},
+    {"target": 100.0, "multiple": 95.0, "multiple_ci": [80.0, 110.0], "setting": {"noise_sigma": 0.06},
+     "accuracies": [0.40, 0.42], "accuracy_mean": 0.41, "accuracy_sd": 0.0141, "drop_points": 10.0,
+     "allowance_points": 2.4, "within": False},
+]
+
+
+def a_budget_with_a_check(team, user, student="/models/student"):
+    budget = stored_calibration(team, user, student, 9.1)
+    type(budget).objects.filter(pk=budget.pk).update(curve=CURVE)  # the stored curve of this example
+    budget.refresh_from_db()
+    check = Job.objects.create(
+        team=team, created_by=user, kind="admission", name="fp8 w+kv", state=JobState.SUCCEEDED,
+        config={"model": student, "budget": budget.spec(), "prompts": 64},
+        result={"verdict": "inconclusive", "reason": "the 95% CI [6, 12] contains the budget 9.1x", "margin": 1.01,
+                "multiple": 9.0, "multiple_ci": [6.0, 12.0], "prompts_to_decide": 5000, "kv_capacity_gain": 2.0,
+                "budget": budget.spec(), "metric": "k3", "prompts": 64})
+    return budget, check
+
+
+def test_members_see_budgets_and_verdicts_and_outsiders_get_404(member, outsider, client):
+    user, team = member
+    budget, check = a_budget_with_a_check(team, user)
+    client.force_login(user)
+    listing = client.get("/budgets/").content.decode()
+    assert f'href="/budgets/{budget.pk}/"' in listing and "9.1" in listing
+    detail = client.get(f"/budgets/{budget.pk}/").content.decode()
+    assert 'id="budget-curve"' in detail and "beyond" in detail and "within" in detail
+    assert f'href="/jobs/{check.pk}/"' in detail and "inconclusive" in detail  # the check placed on its budget
+    verdict = client.get(f"/jobs/{check.pk}/").content.decode()
+    assert 'class="verdict inconclusive"' in verdict and f"/jobs/new/?clone={check.pk}&amp;prompts=5000" in verdict
+    # Extending the measurement: the form comes back with the budget's id and the larger prompt count.
+    form = client.get(f"/jobs/new/?clone={check.pk}&prompts=5000").content.decode()
+    assert "&quot;budget&quot;: " + str(budget.pk) in form and "&quot;prompts&quot;: 5000" in form
+    client.force_login(outsider)
+    assert client.get(f"/budgets/{budget.pk}/").status_code == 404
+    assert f"/budgets/{budget.pk}/" not in client.get("/budgets/").content.decode()
+    assert client.get(f"/api/budgets/{budget.pk}").status_code == 404
+    assert client.get(f"/jobs/new/?clone={check.pk}").status_code == 404
+
+
+def test_the_budget_curve_is_drawn_with_the_check_on_it(member, asgi_server, page):  # noqa: F811
+    user, team = member
+    budget, _ = a_budget_with_a_check(team, user)
+    base = f"http://{asgi_server}"
+    log_in(page, base, user)
+    page.goto(f"{base}/budgets/{budget.pk}/")
+    expect(page.locator("#budget-curve .main-svg").first).to_be_visible()
+    legend = page.locator("#budget-curve .legendtext")
+    expect(legend).to_contain_text(["seeds", "mean", "admission: inconclusive"])
+    expect(page.locator("#checks")).to_contain_text("fp8 w+kv")
+    expect(page.locator("h1")).to_have_text(re.compile(r"Budget #\d+"))
