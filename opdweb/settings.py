@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "opdweb.traces",
     "opdweb.health",
     "opdweb.budgets",
+    "opdweb.configs",
 ]
 
 MIDDLEWARE = [
@@ -121,11 +122,21 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(DATA_DIR / "staticfiles")))
 WHITENOISE_USE_FINDERS = True
+# Hashed names (cached for a year: a changed file gets a new name) and gzip copies made by
+# collectstatic, so the 5 MB plotly bundle goes out as ~1.5 MB.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 
 # A request body above this is refused with 413 before any view runs.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=256 * 1024)
 # A job config above this many bytes of JSON is refused (400) even if the body fits.
 JOB_CONFIG_MAX_BYTES = env.int("JOB_CONFIG_MAX_BYTES", default=64 * 1024)
+
+# Approval webhooks (opdweb/configs/webhooks.py): attempts per event, first retry delay (doubling).
+WEBHOOK_MAX_ATTEMPTS = env.int("WEBHOOK_MAX_ATTEMPTS", default=6)
+WEBHOOK_RETRY_SECONDS = env.float("WEBHOOK_RETRY_SECONDS", default=10.0)
 
 # Channel layer: live increments only; the database is the source of truth, so a
 # dropped message costs nothing a reconnect cannot recover.  Capacity bounds memory per

@@ -16,6 +16,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("jobs/", include("opdweb.jobs.urls")),
     path("budgets/", include("opdweb.budgets.urls")),
+    path("", include("opdweb.configs.urls")),
+    path("teams/", include("opdweb.teams.urls")),
     path("status/", health.status_page, name="status"),
     path("healthz", health.healthz, name="healthz"),
     path("api/", include(api.urls())),

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from opdweb.teams.models import Membership, Team
+from opdweb.teams.models import AuditEntry, Membership, Team
 
 
 class MembershipInline(admin.TabularInline):
@@ -22,3 +22,9 @@ class MembershipAdmin(admin.ModelAdmin):
     list_display = ["user", "team", "role"]
     list_filter = ["team", "role"]
     search_fields = ["user__username", "team__name"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "team", "actor", "action", "summary"]
+    list_filter = ["action", "team"]

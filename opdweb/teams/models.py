@@ -31,3 +31,26 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team} ({self.get_role_display()})"
+
+
+class AuditEntry(models.Model):
+    """Who did what, when, in a team; written in the same transaction as the change.
+    ``subject`` and ``subject_id`` name what it was done to (``config`` 12, ``approval`` 3,
+    ``membership`` 7), for a link from the log."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="audit_entries")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    action = models.CharField(max_length=40)
+    summary = models.CharField(max_length=500)
+    subject = models.CharField(max_length=20, blank=True)
+    subject_id = models.BigIntegerField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [models.Index(fields=["team", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.action}: {self.summary}"

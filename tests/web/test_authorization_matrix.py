@@ -277,3 +277,122 @@ def test_websocket_authorization_matrix(start_asgi_server, capsys):
         matrix.report("websocket")
     assert matrix.wrong == []
     assert matrix.cells == len(actors) * len(jobs)
+
+
+def page_expected(actor: Actor, slug: str, needs: Role, allowed, path: str):
+    """The rule for a page on an object of team ``slug``."""
+    if actor.user is None:
+        return login_redirect(path)
+    role = actor.role_in(slug)
+    if role is None:
+        return 404
+    return allowed if role >= needs else 403
+
+
+@pytest.mark.django_db
+def test_config_approval_and_team_pages_authorization_matrix(capsys, tmp_path, settings):
+    from opdweb.configs.actions import do_create_config
+    from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord, TeamWebhook
+    from tests.web.approval_world import admission_job, make_budget, make_checkpoint
+
+    settings.OPDWEB_MODEL_ROOTS = [tmp_path / "models"]
+    checkpoint = make_checkpoint(tmp_path / "models")
+    teams, actors, _ = make_world()
+    User = get_user_model()
+    requester = {slug: User.objects.create_user(f"{slug}-requester") for slug in TEAMS}
+    records, approved = {}, {}
+    for slug, team in teams.items():
+        Membership.objects.create(team=team, user=requester[slug], role=Role.MEMBER)
+        records[slug], _ = do_create_config(team=team, user=requester[slug], name=f"fp8 {slug}",
+                                            data={"weights": "fp8_e4m3"})
+        budget = make_budget(team, checkpoint)
+        job = admission_job(team, checkpoint, {"weights": "fp8_e4m3"}, budget)
+        approved[slug] = ApprovalRequest.objects.create(
+            team=team, config=records[slug], checkpoint=checkpoint, requested_by=requester[slug],
+            state=ApprovalState.APPROVED, decided_by=requester[slug], decided_at=job.created_at,
+            admission_job=job, budget=budget, checkpoint_hash=job.result["checkpoint_hash"])
+    matrix = Matrix()
+
+    for actor in actors:
+        client = client_for(actor)
+        anonymous = actor.user is None
+        mine = set(actor.roles)
+        for path, listed in (("/configs/", "records"), ("/approvals/", "approvals"), ("/teams/", "memberships")):
+            r = client.get(path)
+            if anonymous:
+                matrix.check(actor, f"GET {path}", login_redirect(path), page(r))
+            else:
+                matrix.check(actor, f"GET {path} (own teams only)", (200, mine),
+                             (r.status_code, {o.team.slug for o in r.context[listed]}))
+
+        for slug, team in teams.items():
+            record, approval = records[slug], approved[slug]
+            reads = {
+                "GET /configs/{id}/": (f"/configs/{record.pk}/", Role.VIEWER),
+                "GET /configs/{id}/edit/": (f"/configs/{record.pk}/edit/", Role.MEMBER),
+                "GET /approvals/{id}/": (f"/approvals/{approval.pk}/", Role.VIEWER),
+                "GET /approvals/{id}/export/verl/": (f"/approvals/{approval.pk}/export/verl/", Role.VIEWER),
+                "GET /teams/{slug}/": (f"/teams/{slug}/", Role.VIEWER),
+                "GET /teams/{slug}/audit/": (f"/teams/{slug}/audit/", Role.VIEWER),
+                "GET /teams/{slug}/webhook/": (f"/teams/{slug}/webhook/", Role.ADMIN),
+            }
+            for what, (path, needs) in reads.items():
+                matrix.check(actor, f"{what} ({slug})", page_expected(actor, slug, needs, 200, path),
+                             page(client.get(path)))
+
+            # Creating a config in this team (a new one each time: a distinct seed).
+            before = RolloutConfigRecord.objects.count()
+            r = client.post("/configs/new/", {"source": "yaml", "team": slug, "yaml": f"seed: {before + 100}\n"})
+            written = RolloutConfigRecord.objects.count() == before + 1
+            role = actor.role_in(slug)
+            if anonymous:
+                want = login_redirect("/configs/new/")
+            elif role is None or role < Role.MEMBER:
+                want = 403  # as for jobs: creating in a team one cannot create in
+            else:
+                want = (302, f"/configs/{RolloutConfigRecord.objects.order_by('-pk').first().pk}/")
+            matrix.check(actor, f"POST /configs/new/ team={slug} (answer, written)",
+                         (want, isinstance(want, tuple) and want[1].startswith("/configs/")), (page(r), written))
+
+            # Requesting approval of this team's config (a fresh config each time).
+            fresh, _ = do_create_config(team=team, user=requester[slug], name="fresh",
+                                        data={"seed": RolloutConfigRecord.objects.count() + 1000})
+            path = f"/configs/{fresh.pk}/request-approval/"
+            r = client.post(path, {"checkpoint": checkpoint})
+            made = ApprovalRequest.objects.filter(config=fresh).first()
+            ok = (302, f"/approvals/{made.pk}/") if made else (302, "/approvals/<new>/")
+            want = page_expected(actor, slug, Role.MEMBER, ok, path)
+            matrix.check(actor, f"POST /configs/{{id}}/request-approval/ ({slug}) (answer, written)",
+                         (want, want == ok), (page(r), made is not None))
+
+            # Deciding (reject: needs no evidence) a fresh request of someone else.
+            pending = ApprovalRequest.objects.create(team=team, config=records[slug], requested_by=requester[slug],
+                                                     checkpoint=f"{checkpoint}-{ApprovalRequest.objects.count()}")
+            path = f"/approvals/{pending.pk}/decide/"
+            r = client.post(path, {"decision": "reject"})
+            pending.refresh_from_db()
+            ok = (302, f"/approvals/{pending.pk}/")
+            want = page_expected(actor, slug, Role.APPROVER, ok, path)
+            matrix.check(actor, f"POST /approvals/{{id}}/decide/ ({slug}) (answer, rejected)",
+                         (want, want == ok), (page(r), pending.state == ApprovalState.REJECTED))
+
+            # Team administration: adding a member, setting the webhook.
+            newcomer = User.objects.create_user(f"new-{actor.label.replace(' ', '-')}-{slug}")
+            path = f"/teams/{slug}/members/"
+            r = client.post(path, {"username": newcomer.username, "role": Role.VIEWER})
+            ok = (302, f"/teams/{slug}/")
+            want = page_expected(actor, slug, Role.ADMIN, ok, path)
+            matrix.check(actor, f"POST /teams/{{slug}}/members/ ({slug}) (answer, added)",
+                         (want, want == ok), (page(r), Membership.objects.filter(team=team, user=newcomer).exists()))
+            path = f"/teams/{slug}/webhook/"
+            TeamWebhook.objects.filter(team=team).delete()
+            r = client.post(path, {"url": "https://example.com/hook", "secret": "x" * 20})
+            ok = (302, path)
+            want = page_expected(actor, slug, Role.ADMIN, ok, path)
+            matrix.check(actor, f"POST /teams/{{slug}}/webhook/ ({slug}) (answer, saved)",
+                         (want, want == ok), (page(r), TeamWebhook.objects.filter(team=team).exists()))
+
+    with capsys.disabled():
+        matrix.report("configs, approvals, teams")
+    assert matrix.wrong == []
+    assert matrix.cells == len(actors) * (3 + len(TEAMS) * 12)

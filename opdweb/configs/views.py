@@ -1,0 +1,229 @@
+"""Rollout config pages: the list, the form (fields, presets, YAML paste or upload), a
+config's page with its jobs and approvals, approval requests and decisions, exports."""
+from __future__ import annotations
+
+import yaml
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from opdweb.configs.access import visible_approval, visible_config
+from opdweb.configs.actions import do_create_config, do_decide, do_request_approval
+from opdweb.configs.currency import lapse_reason
+from opdweb.configs.canonical import ValidationError, canonical_rollout
+from opdweb.configs.evidence import (ADMISSION_KIND, budget_of, curve_with_check, jobs_using, latest_admission_check,
+                                     verdict_of)
+from opdweb.configs.exports import FORMATS, Provenance
+from opdweb.configs.form_schema import ROLLOUT_FIELDS, SCHEMA_PARAGRAPHS, value_at
+from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord
+from opdweb.configs.presets import PRESETS, PRESETS_BY_SLUG
+from opdweb.configs.submission import config_from_form, config_from_yaml
+from opdweb.pages import answers_refusals
+from opdweb.refusals import Refused
+from opdweb.teams import audit
+from opdweb.teams.access import teams_of
+from opdweb.teams.models import Role
+
+
+@login_required
+def config_list(request):
+    records = (RolloutConfigRecord.objects.filter(team__in=teams_of(request.user))
+               .select_related("team", "created_by")[:500])
+    return render(request, "configs/list.html", {"records": records})
+
+
+def _shown_value(field, config: dict):
+    value = value_at(config, field.name)
+    if value is None:
+        value = field.default
+    if field.widget == "lines":
+        return "\n".join(str(v) for v in value or [])
+    return value
+
+
+def _row_of(problem_field: str) -> str:
+    """The form input a problem belongs to (``keep_bf16.3`` is the keep_bf16 box)."""
+    return "keep_bf16" if problem_field.startswith("keep_bf16") else problem_field
+
+
+def _form_rows(config: dict, problems: list[dict]) -> list[dict]:
+    """Each field with the value to show and its problems, if any."""
+    by_field: dict[str, list[str]] = {}
+    for p in problems:
+        row = _row_of(p["field"])
+        prefix = f"entry {p['field'].split('.')[1]}: " if p["field"] != row else ""
+        by_field.setdefault(row, []).append(prefix + p["message"])
+    return [{"field": f, "value": _shown_value(f, config), "errors": by_field.get(f.name, [])} for f in ROLLOUT_FIELDS]
+
+
+def _as_yaml(config: dict) -> str:
+    """YAML in the schema's field order (PostgreSQL's jsonb keeps keys in its own order)."""
+    try:
+        config = canonical_rollout(config)
+    except ValidationError:
+        pass  # a partial or invalid config being edited: as typed
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+@login_required
+@answers_refusals
+def config_new(request, derived_from: RolloutConfigRecord | None = None):
+    # An edit stays in its config's team (the new record names the one it came from).
+    teams = [derived_from.team] if derived_from else list(teams_of(request.user, Role.MEMBER))
+    if not teams:
+        raise Refused("you are not a member of a team that can create rollout configs", status=403)
+    preset = PRESETS_BY_SLUG.get(request.GET.get("preset", ""))
+    shown = derived_from.config if derived_from else (preset.config if preset else {})  # what the form shows
+    context = {
+        "teams": teams, "presets": PRESETS, "preset": preset, "derived_from": derived_from,
+        "team": derived_from.team.slug if derived_from else request.GET.get("team", teams[0].slug),
+        "name": derived_from.name if derived_from else (preset.title if preset else ""),
+        "yaml_text": _as_yaml(shown), "schema_doc": SCHEMA_PARAGRAPHS, "problems": [], "error": None,
+    }
+    status, source = 200, "form"
+    if request.method == "POST":
+        source = request.POST.get("source", "form")
+        context.update(team=request.POST.get("team", ""), name=request.POST.get("name", ""))
+        try:
+            team = next((t for t in teams if t.slug == context["team"]), None)
+            if team is None:
+                raise Refused("choose a team in which you can create configs", status=403)
+            if source == "yaml":
+                upload = request.FILES.get("yaml_file")
+                text = _read_upload(upload) if upload else request.POST.get("yaml", "")
+                context["yaml_text"] = text
+                config = config_from_yaml(text)
+            else:
+                config = config_from_form(request.POST)
+            record, created = do_create_config(team=team, user=request.user, name=context["name"], data=config,
+                                               derived_from=derived_from)
+        except Refused as exc:
+            status, context["error"], context["problems"] = exc.status, str(exc), exc.details
+            shown = config_from_form(request.POST) if source == "form" else shown
+        else:
+            if not created:
+                messages.info(request, f"this config already exists in team {team.slug} as {record.name}")
+            return redirect("configs:detail", config_id=record.pk)
+    from_form = request.method == "POST" and source == "form"
+    context["rows"] = _form_rows(shown, context["problems"] if from_form else [])
+    inputs = {f.name for f in ROLLOUT_FIELDS}
+    context["general_problems"] = [p for p in context["problems"] if not from_form or _row_of(p["field"]) not in inputs]
+    return render(request, "configs/new.html", context, status=status)
+
+
+def _read_upload(upload) -> str:
+    limit = settings.JOB_CONFIG_MAX_BYTES
+    if upload.size > limit:
+        raise Refused(f"the uploaded file is {upload.size:,} bytes; a rollout config may be at most {limit:,}",
+                      status=413)
+    try:
+        return upload.read().decode("utf-8")
+    except UnicodeDecodeError:
+        raise Refused("the uploaded file is not UTF-8 text; save it as UTF-8 YAML") from None
+
+
+@login_required
+@answers_refusals
+def config_edit(request, config_id: int):
+    """The form, filled with a record's config: submitting makes a new record."""
+    return config_new(request, derived_from=visible_config(request.user, config_id, Role.MEMBER))
+
+
+@login_required
+def config_detail(request, config_id: int):
+    record = visible_config(request.user, config_id)
+    jobs = jobs_using(record)
+    approvals = list(record.approval_requests.select_related("requested_by", "decided_by", "budget"))
+    for approval in approvals:
+        approval.lapse = lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None
+    for job in jobs:
+        job.verdict = verdict_of(job) if job.kind == ADMISSION_KIND else None
+    checkpoints = sorted({job.config.get("model") for job in jobs if isinstance(job.config.get("model"), str)})
+    return render(request, "configs/detail.html", {
+        "record": record, "yaml_text": _as_yaml(record.config), "jobs": jobs, "approvals": approvals,
+        "checkpoints": checkpoints, "can_request": record.viewer_role >= Role.MEMBER,
+        "formats": FORMATS.values(),
+    })
+
+
+@login_required
+@require_POST
+@answers_refusals
+def approval_request(request, config_id: int):
+    record = visible_config(request.user, config_id, Role.MEMBER)
+    approval = do_request_approval(record=record, user=request.user, checkpoint=request.POST.get("checkpoint", ""),
+                                   comment=request.POST.get("comment", ""))
+    messages.info(request, f"approval requested (#{approval.pk}); an approver of team {record.team.slug} decides")
+    return redirect("configs:approval", approval_id=approval.pk)
+
+
+@login_required
+def approval_list(request):
+    approvals = (ApprovalRequest.objects.filter(team__in=teams_of(request.user))
+                 .select_related("team", "config", "requested_by", "decided_by"))
+    state = request.GET.get("state")
+    if state in ApprovalState.values:
+        approvals = approvals.filter(state=state)
+    return render(request, "configs/approvals.html",
+                  {"approvals": approvals[:500], "states": ApprovalState.values, "state": state})
+
+
+@login_required
+def approval_detail(request, approval_id: int):
+    approval = visible_approval(request.user, approval_id)
+    evidence = approval.admission_job if approval.state == ApprovalState.APPROVED else \
+        latest_admission_check(approval.config, approval.checkpoint)
+    budget = approval.budget if approval.state == ApprovalState.APPROVED else budget_of(evidence)
+    multiple = (evidence.result or {}).get("multiple") if evidence else None
+    can_decide = (approval.state == ApprovalState.PENDING and approval.viewer_role >= Role.APPROVER
+                  and approval.requested_by_id != request.user.pk)
+    return render(request, "configs/approval.html", {
+        "approval": approval, "evidence": evidence, "result": evidence.result if evidence else None,
+        "budget": budget, "curve": curve_with_check(budget, multiple),
+        "can_decide": can_decide,
+        "lapse": lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None,
+        "formats": FORMATS.values(),
+    })
+
+
+@login_required
+@require_POST
+@answers_refusals
+def approval_decide(request, approval_id: int):
+    approval = visible_approval(request.user, approval_id, Role.APPROVER)
+    decision = request.POST.get("decision")
+    if decision not in ("approve", "reject"):
+        raise Refused("decision must be approve or reject")
+    approval = do_decide(approval_id=approval.pk, user=request.user, approve=decision == "approve",
+                         comment=request.POST.get("comment", ""))
+    messages.info(request, f"approval request #{approval.pk} {approval.state}")
+    return redirect("configs:approval", approval_id=approval.pk)
+
+
+@login_required
+@answers_refusals
+def approval_export(request, approval_id: int, fmt: str):
+    """The approved config for a trainer; refused (409) unless the approval is current."""
+    approval = visible_approval(request.user, approval_id)
+    export = FORMATS.get(fmt)
+    if export is None:
+        raise Refused(f"unknown export format {fmt!r}; one of {', '.join(FORMATS)}", status=404)
+    reason = lapse_reason(approval)
+    if reason is not None:
+        raise Refused(f"only a currently approved config can be exported: {reason}", status=409)
+    record, job = approval.config, approval.admission_job
+    provenance = Provenance(
+        config_hash=record.config_hash, config_name=record.name, checkpoint=approval.checkpoint,
+        approval_id=approval.pk, approved_by=approval.decided_by.username if approval.decided_by else "?",
+        approved_at=approval.decided_at.isoformat(timespec="seconds"), admission_job_id=job.pk,
+        verdict=verdict_of(job) or "?", multiple=(job.result or {}).get("multiple"),
+    )
+    text = export.render(record.config, provenance)
+    audit.record(approval.team, request.user, audit.CONFIG_EXPORTED, f"exported {record.name} as {export.slug}",
+                 subject="approval", subject_id=approval.pk, config=record.pk, format=export.slug)
+    response = HttpResponse(text, content_type=f"{export.content_type}; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{record.short_hash}-{export.slug}.{export.extension}"'
+    return response

@@ -1,0 +1,74 @@
+"""What team admins do to memberships.  Each change is audited; a team always keeps at
+least one admin, so nobody can lock a team out of its own settings."""
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from opdweb.refusals import Refused
+from opdweb.teams import audit
+from opdweb.teams.models import Membership, Role
+
+
+def check_role(value) -> Role:
+    try:
+        return Role(int(value))
+    except (TypeError, ValueError):
+        names = ", ".join(f"{r.value} ({r.label})" for r in Role)
+        raise Refused(f"role must be one of {names}", details=[{"field": "role", "message": "unknown role"}]) from None
+
+
+def _other_admins(team, membership: Membership) -> int:
+    return Membership.objects.filter(team=team, role=Role.ADMIN).exclude(pk=membership.pk).count()
+
+
+def do_add_member(*, team, actor, username: str, role) -> Membership:
+    role = check_role(role)
+    user = get_user_model().objects.filter(username=(username or "").strip()).first()
+    if user is None:
+        raise Refused(f"no user named {username!r}", details=[{"field": "username", "message": "no such user"}])
+    with transaction.atomic():
+        if Membership.objects.filter(team=team, user=user).exists():
+            raise Refused(f"{user.username} is already in team {team.slug}", status=409)
+        membership = Membership.objects.create(team=team, user=user, role=role)
+        audit.record(team, actor, audit.MEMBER_ADDED, f"added {user.username} as {role.label}",
+                     subject="membership", subject_id=membership.pk, user=user.username, role=role.label)
+    return membership
+
+
+def _membership(team, membership_id: int) -> Membership:
+    membership = Membership.objects.select_for_update().select_related("user").filter(
+        team=team, pk=membership_id).first()
+    if membership is None:
+        raise Refused(f"membership #{membership_id} is not in team {team.slug}", status=404)
+    return membership
+
+
+def do_change_role(*, team, actor, membership_id: int, role) -> Membership:
+    role = check_role(role)
+    with transaction.atomic():
+        # Lock the team's admins first: two admins demoting each other at once cannot both succeed.
+        list(Membership.objects.select_for_update().filter(team=team, role=Role.ADMIN))
+        membership = _membership(team, membership_id)
+        if membership.role == Role.ADMIN and role != Role.ADMIN and _other_admins(team, membership) == 0:
+            raise Refused(f"{membership.user.username} is the last admin of team {team.slug}; "
+                          "make someone else admin first", status=409)
+        before = Role(membership.role)
+        membership.role = role
+        membership.save(update_fields=["role"])
+        audit.record(team, actor, audit.MEMBER_ROLE_CHANGED,
+                     f"changed {membership.user.username} from {before.label} to {role.label}",
+                     user=membership.user.username, before=before.label, after=role.label)
+    return membership
+
+
+def do_remove_member(*, team, actor, membership_id: int) -> None:
+    with transaction.atomic():
+        list(Membership.objects.select_for_update().filter(team=team, role=Role.ADMIN))
+        membership = _membership(team, membership_id)
+        if membership.role == Role.ADMIN and _other_admins(team, membership) == 0:
+            raise Refused(f"{membership.user.username} is the last admin of team {team.slug}; "
+                          "make someone else admin first", status=409)
+        membership.delete()
+        audit.record(team, actor, audit.MEMBER_REMOVED, f"removed {membership.user.username}",
+                     user=membership.user.username)

@@ -1,0 +1,20 @@
+"""The team's audit log: one entry per action, written inside the action's transaction."""
+from __future__ import annotations
+
+from opdweb.teams.models import AuditEntry
+
+CONFIG_CREATED = "config.created"
+APPROVAL_REQUESTED = "approval.requested"
+APPROVAL_APPROVED = "approval.approved"
+APPROVAL_REJECTED = "approval.rejected"
+CONFIG_EXPORTED = "config.exported"
+MEMBER_ADDED = "member.added"
+MEMBER_REMOVED = "member.removed"
+MEMBER_ROLE_CHANGED = "member.role_changed"
+WEBHOOK_CHANGED = "webhook.changed"
+
+
+def record(team, actor, action: str, summary: str, *, subject: str = "", subject_id: int | None = None,
+           **detail) -> AuditEntry:
+    return AuditEntry.objects.create(team=team, actor=actor if getattr(actor, "pk", None) else None, action=action,
+                                     summary=summary[:500], subject=subject, subject_id=subject_id, detail=detail)

@@ -1,0 +1,256 @@
+"""Approvals: a member asks, another approver decides on the evidence of the latest
+admission check of exactly that config on that checkpoint; an approval lapses when the
+budget is recalibrated or the checkpoint changes; only a current approval exports."""
+import pytest
+from django.test import Client
+
+from opdweb.configs.actions import do_create_config
+from opdweb.configs.models import ApprovalRequest, ApprovalState
+from opdweb.teams.models import AuditEntry, Role
+from tests.web.approval_world import admission_job, make_budget, make_checkpoint, recalibrate
+from tests.web.factories import MembershipFactory, TeamFactory
+
+pytestmark = pytest.mark.django_db
+
+FP8 = {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"}
+
+
+class World:
+    def __init__(self, tmp_path, settings):
+        settings.OPDWEB_MODEL_ROOTS = [tmp_path / "models"]
+        self.checkpoint = make_checkpoint(tmp_path / "models")
+        self.team = TeamFactory()
+        self.member = MembershipFactory(team=self.team, role=Role.MEMBER).user
+        self.approver = MembershipFactory(team=self.team, role=Role.APPROVER).user
+        self.record, _ = do_create_config(team=self.team, user=self.member, name="fp8 w+kv", data=FP8)
+        self.budget = make_budget(self.team, self.checkpoint)
+
+    def client(self, user) -> Client:
+        client = Client()
+        client.force_login(user)
+        return client
+
+    def request(self, user=None) -> ApprovalRequest:
+        response = self.client(user or self.member).post(f"/configs/{self.record.pk}/request-approval/",
+                                                         {"checkpoint": self.checkpoint, "comment": "for run 12"})
+        assert response.status_code == 302, response.content
+        return ApprovalRequest.objects.order_by("-pk").first()
+
+    def decide(self, approval, decision="approve", user=None, comment="looks fine"):
+        return self.client(user or self.approver).post(f"/approvals/{approval.pk}/decide/",
+                                                       {"decision": decision, "comment": comment})
+
+
+@pytest.fixture
+def world(tmp_path, settings):
+    return World(tmp_path, settings)
+
+
+def test_an_approver_approves_on_the_latest_passing_check_and_the_config_exports(world):
+    admission_job(world.team, world.checkpoint, FP8, world.budget, verdict="fail", multiple=80.0)
+    latest = admission_job(world.team, world.checkpoint, {**FP8, "sampling": {"top_p": 1.0}}, world.budget,
+                           verdict="pass", multiple=3.2)
+    admission_job(world.team, world.checkpoint, {"weights": "fp8_e4m3"}, world.budget)  # another config
+    approval = world.request()
+    assert (approval.state, approval.checkpoint, approval.requested_by) == ("pending", world.checkpoint, world.member)
+
+    page = world.client(world.approver).get(f"/approvals/{approval.pk}/")
+    assert page.status_code == 200 and page.context["evidence"] == latest and page.context["can_decide"]
+    html = page.content.decode()
+    assert "3.20×" in html and f"Budget #{world.budget.pk} (opd, k3, arithmetic:3):" in html
+    assert "50.00× BF16" in html
+
+    response = world.decide(approval)
+    assert response.status_code == 302
+    approval.refresh_from_db()
+    assert approval.state == ApprovalState.APPROVED and approval.decided_by == world.approver
+    assert (approval.admission_job, approval.budget) == (latest, world.budget)
+    assert approval.checkpoint_hash == latest.result["checkpoint_hash"]
+
+    response = world.client(world.member).get(f"/approvals/{approval.pk}/export/verl/")
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == f'attachment; filename="{world.record.short_hash}-verl.txt"'
+    text = response.content.decode()
+    assert world.record.config_hash in text and f"admission check #{latest.pk}" in text
+    assert f"by {world.approver.username}" in text
+    assert "actor_rollout_ref.rollout.quantization=fp8" in text.splitlines()
+    actions = list(AuditEntry.objects.filter(team=world.team).order_by("id").values_list("action", flat=True))
+    assert actions == ["config.created", "approval.requested", "approval.approved", "config.exported"]
+    assert world.client(world.member).get(f"/teams/{world.team.slug}/audit/").status_code == 200
+
+
+def test_self_approval_is_refused_and_changes_nothing(world):
+    admission_job(world.team, world.checkpoint, FP8, world.budget)
+    approval = world.request(user=world.approver)
+    response = world.decide(approval, user=world.approver)
+    assert response.status_code == 403 and "your own approval request" in response.content.decode()
+    approval.refresh_from_db()
+    assert approval.state == ApprovalState.PENDING and approval.decided_by is None
+    assert not AuditEntry.objects.filter(action__in=["approval.approved", "approval.rejected"]).exists()
+
+
+def test_a_second_decision_is_a_409_and_changes_nothing(world):
+    admission_job(world.team, world.checkpoint, FP8, world.budget)
+    approval = world.request()
+    assert world.decide(approval).status_code == 302
+    approval.refresh_from_db()
+    decided = (approval.state, approval.decided_by_id, approval.decided_at, approval.decision_comment)
+    other = MembershipFactory(team=world.team, role=Role.ADMIN).user
+    for decision, user in (("approve", world.approver), ("reject", other)):
+        response = world.decide(approval, decision=decision, user=user, comment="again")
+        assert response.status_code == 409 and "already decided" in response.content.decode()
+    approval.refresh_from_db()
+    assert (approval.state, approval.decided_by_id, approval.decided_at, approval.decision_comment) == decided
+    assert AuditEntry.objects.filter(action="approval.approved").count() == 1
+
+
+@pytest.mark.parametrize("evidence", ["none", "fail", "inconclusive", "other checkpoint"])
+def test_approval_needs_a_passing_check_of_this_config_on_this_checkpoint(world, evidence, tmp_path):
+    if evidence in ("fail", "inconclusive"):
+        admission_job(world.team, world.checkpoint, FP8, world.budget, verdict="pass")
+        admission_job(world.team, world.checkpoint, FP8, world.budget, verdict=evidence)  # the latest
+    elif evidence == "other checkpoint":
+        other = make_checkpoint(tmp_path / "models", "teacher")
+        admission_job(world.team, other, FP8, make_budget(world.team, other))
+    approval = world.request()
+    response = world.decide(approval)
+    assert response.status_code == 409
+    text = response.content.decode()
+    if evidence in ("fail", "inconclusive"):
+        assert f"gives {evidence}; approval needs a pass" in text
+    else:
+        assert "no admission check of this config on this checkpoint has succeeded" in text
+    approval.refresh_from_db()
+    assert approval.state == ApprovalState.PENDING and approval.admission_job is None
+    # Rejecting needs no evidence.
+    assert world.decide(approval, decision="reject").status_code == 302
+    approval.refresh_from_db()
+    assert approval.state == ApprovalState.REJECTED
+
+
+def test_export_before_approval_or_after_rejection_is_refused(world):
+    admission_job(world.team, world.checkpoint, FP8, world.budget)
+    approval = world.request()
+    client = world.client(world.member)
+    for fmt in ("verl", "vllm", "prime-rl", "slime", "yaml"):
+        response = client.get(f"/approvals/{approval.pk}/export/{fmt}/")
+        assert response.status_code == 409 and "only a currently approved config can be exported" in response.content.decode()
+    world.decide(approval, decision="reject")
+    assert client.get(f"/approvals/{approval.pk}/export/verl/").status_code == 409
+    assert client.get(f"/approvals/{approval.pk}/export/word/").status_code == 404
+    assert not AuditEntry.objects.filter(action="config.exported").exists()
+
+
+def test_an_approval_lapses_when_the_budget_is_recalibrated(world):
+    admission_job(world.team, world.checkpoint, FP8, world.budget)
+    approval = world.request()
+    world.decide(approval)
+    client = world.client(world.member)
+    assert client.get(f"/approvals/{approval.pk}/export/yaml/").status_code == 200
+    recalibrate(world.budget)
+    response = client.get(f"/approvals/{approval.pk}/export/yaml/")
+    assert response.status_code == 409 and "recalibrated" in response.content.decode()
+    assert client.get(f"/approvals/{approval.pk}/").context["lapse"] is not None
+
+
+def test_an_approval_lapses_when_the_checkpoint_changes(world):
+    from pathlib import Path
+
+    admission_job(world.team, world.checkpoint, FP8, world.budget)
+    approval = world.request()
+    world.decide(approval)
+    client = world.client(world.member)
+    assert client.get(f"/approvals/{approval.pk}/export/vllm/").status_code == 200
+    (Path(world.checkpoint) / "model.safetensors").write_bytes(b"weights v2")
+    response = client.get(f"/approvals/{approval.pk}/export/vllm/")
+    assert response.status_code == 409 and "changed since it was approved" in response.content.decode()
+
+
+def test_a_check_made_against_a_superseded_budget_or_an_older_checkpoint_cannot_approve(world):
+    from pathlib import Path
+
+    admission_job(world.team, world.checkpoint, FP8, world.budget)
+    recalibrate(world.budget)
+    approval = world.request()
+    response = world.decide(approval)
+    assert response.status_code == 409 and "recalibrated" in response.content.decode()
+    (Path(world.checkpoint) / "model.safetensors").write_bytes(b"weights v2")
+    approval.refresh_from_db()
+    assert approval.state == ApprovalState.PENDING
+
+
+def test_request_input_is_checked(world, tmp_path):
+    client = world.client(world.member)
+    url = f"/configs/{world.record.pk}/request-approval/"
+    response = client.post(url, {"checkpoint": "/etc"})
+    assert response.status_code == 400 and "outside the model roots" in response.content.decode()
+    world.request()
+    response = client.post(url, {"checkpoint": world.checkpoint})
+    assert response.status_code == 409 and "already requested" in response.content.decode()
+    assert ApprovalRequest.objects.count() == 1
+
+
+def test_roles_and_teams_bound_who_decides(world):
+    admission_job(world.team, world.checkpoint, FP8, world.budget)
+    approval = world.request()
+    for role in (Role.VIEWER, Role.MEMBER):
+        response = world.decide(approval, user=MembershipFactory(team=world.team, role=role).user)
+        assert response.status_code == 403 and "needs approver" in response.content.decode()
+    outsider = MembershipFactory(role=Role.ADMIN).user
+    assert world.decide(approval, user=outsider).status_code == 404
+    assert world.client(outsider).get(f"/approvals/{approval.pk}/").status_code == 404
+    assert world.client(outsider).get(f"/approvals/{approval.pk}/export/verl/").status_code == 404
+    viewer = MembershipFactory(team=world.team, role=Role.VIEWER).user
+    response = world.client(viewer).post(f"/configs/{world.record.pk}/request-approval/",
+                                         {"checkpoint": world.checkpoint})
+    assert response.status_code == 403
+    approval.refresh_from_db()
+    assert approval.state == ApprovalState.PENDING and ApprovalRequest.objects.count() == 1
+
+
+def test_a_check_that_names_its_budget_by_id_is_evidence_too(world):
+    from tests.web.factories import JobFactory
+    from workers.science.fingerprint import checkpoint_digest
+
+    check = JobFactory(team=world.team, kind="admission", state="succeeded",
+                       config={"model": world.checkpoint, "rollout": FP8, "budget": world.budget.pk},
+                       result={"verdict": "pass", "multiple": 2.0, "ci": [1.5, 2.5],
+                               "budget": {"id": world.budget.pk, "value": 50.0},
+                               "checkpoint_hash": checkpoint_digest(world.checkpoint)})
+    approval = world.request()
+    assert world.decide(approval).status_code == 302
+    approval.refresh_from_db()
+    assert (approval.state, approval.admission_job, approval.budget) == ("approved", check, world.budget)
+
+
+def test_a_check_against_another_teams_budget_is_no_evidence(world):
+    other_budget = make_budget(TeamFactory(), world.checkpoint)
+    admission_job(world.team, world.checkpoint, FP8, other_budget)
+    approval = world.request()
+    response = world.decide(approval)
+    assert response.status_code == 409 and "names no mismatch budget of this team" in response.content.decode()
+
+
+def test_the_evidence_places_the_config_on_the_budgets_curve(world):
+    import re
+
+    level = {"target": 0, "multiple_ci": None, "setting": {}, "accuracies": [], "allowance_points": 2.0}
+    curve = [dict(level, multiple=60.0, accuracy_mean=0.30, accuracy_sd=0.01, drop_points=6.0, within=False),
+             dict(level, multiple=1.5, accuracy_mean=0.36, accuracy_sd=0.005, drop_points=0.0, within=True),
+             dict(level, multiple=10.0, accuracy_mean=0.355, accuracy_sd=0.02, drop_points=0.5, within=True)]
+    budget = make_budget(world.team, world.checkpoint, value=10.0, curve=curve)
+    admission_job(world.team, world.checkpoint, FP8, budget, multiple=3.2)
+    approval = world.request()
+    html = world.client(world.approver).get(f"/approvals/{approval.pk}/").content.decode()
+    table = html[html.index('id="budget-curve"'):html.index("</table>", html.index('id="budget-curve"'))]
+    rows = re.findall(r"<tr[^>]*>\s*<td>(?:<b>)?([\d.]+)", table)
+    assert rows == ["1.50", "3.20", "10.00", "60.00"]
+    assert "36.0 % ± 0.5" in table and "30.0 % ± 1.0" in table and "← this config (pass)" in table
+
+
+def test_the_approvals_list_filters_by_state(world):
+    pending = world.request()
+    client = world.client(world.approver)
+    assert [a.pk for a in client.get("/approvals/?state=pending").context["approvals"]] == [pending.pk]
+    assert list(client.get("/approvals/?state=approved").context["approvals"]) == []
+    assert [a.pk for a in client.get("/approvals/").context["approvals"]] == [pending.pk]

@@ -1,0 +1,245 @@
+"""Rollout configs as team objects: content hash, the form, presets, YAML, editing, and the
+jobs a config page lists."""
+import hashlib
+import json
+
+import pytest
+from django.test import Client
+
+from opdweb.configs.actions import do_create_config
+from opdweb.configs.canonical import canonical_rollout, config_hash
+from opdweb.configs.models import RolloutConfigRecord
+from opdweb.configs.presets import PRESETS
+from opdweb.teams.models import AuditEntry, Role
+from tests.web.factories import JobFactory, MembershipFactory, TeamFactory
+
+pytestmark = pytest.mark.django_db
+
+# RolloutConfig's defaults, written out by hand from workers/science/config.py.
+DEFAULTS = {
+    "engine": "hf", "dtype": "bf16", "weights": "bf16", "weight_scale": "tensor", "block_size": 128,
+    "activations": "none", "fp8_matmul": "auto", "kv_cache": "none", "kv_scale": "tensor", "keep_bf16": [],
+    "noise_sigma": 0.0, "noise_seed": 0, "staleness": 0,
+    "sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "ignore_eos": False}, "seed": 0,
+}
+
+
+def sha256_of(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@pytest.fixture
+def member_client(member):
+    user, team = member
+    client = Client()
+    client.force_login(user)
+    return client, user, team
+
+
+def form_data(team, **fields):
+    """The form as a browser posts it: every input, defaults where not given."""
+    data = {"source": "form", "team": team.slug, "name": fields.pop("name", ""), "engine": "hf", "dtype": "bf16",
+            "weights": "bf16", "weight_scale": "tensor", "block_size": "128", "activations": "none",
+            "fp8_matmul": "auto", "kv_cache": "none", "kv_scale": "tensor", "keep_bf16": "", "noise_sigma": "0.0",
+            "noise_seed": "0", "staleness": "0", "sampling.temperature": "1.0", "sampling.top_p": "1.0",
+            "sampling.max_new_tokens": "64", "seed": "0"}
+    data.update(fields)
+    return data
+
+
+def test_it_hashes_the_canonical_config_so_two_spellings_share_a_hash():
+    assert canonical_rollout({}) == DEFAULTS
+    spelled_out = dict(DEFAULTS, dtype="bfloat16", weights="bfloat16")
+    assert config_hash(canonical_rollout(spelled_out)) == config_hash(canonical_rollout({})) == sha256_of(DEFAULTS)
+    fp8 = canonical_rollout({"weights": "fp8_e4m3", "sampling": {"temperature": 1}})
+    assert config_hash(fp8) == sha256_of(dict(DEFAULTS, weights="fp8_e4m3"))
+    assert canonical_rollout({"dtype": "float32"})["dtype"] == "fp32"
+
+
+def test_it_creates_a_config_from_the_form_and_audits_it(member_client):
+    client, user, team = member_client
+    response = client.post("/configs/new/", form_data(team, name="fp8 kv", weights="fp8_e4m3", kv_cache="fp8_e4m3",
+                                                      keep_bf16="0\nmodel.layers.1.mlp.*"))
+    record = RolloutConfigRecord.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/configs/{record.pk}/"
+    expected = dict(DEFAULTS, weights="fp8_e4m3", kv_cache="fp8_e4m3", keep_bf16=[0, "model.layers.1.mlp.*"])
+    assert record.config == expected and record.config_hash == sha256_of(expected)
+    assert (record.team, record.created_by, record.name) == (team, user, "fp8 kv")
+    entry = AuditEntry.objects.get(team=team)
+    assert (entry.action, entry.actor, entry.subject_id) == ("config.created", user, record.pk)
+    page = client.get(f"/configs/{record.pk}/")
+    assert page.status_code == 200 and record.config_hash.encode() in page.content
+
+
+def test_the_same_config_again_is_the_same_record(member_client):
+    client, user, team = member_client
+    client.post("/configs/new/", form_data(team, name="first", weights="fp8_e4m3"))
+    response = client.post("/configs/new/", {"source": "yaml", "team": team.slug, "name": "again",
+                                             "yaml": "weights: fp8_e4m3\ndtype: bfloat16\n"})
+    record = RolloutConfigRecord.objects.get()
+    assert response["Location"] == f"/configs/{record.pk}/" and record.name == "first"
+
+
+def test_invalid_field_values_are_named_next_to_the_field_and_nothing_is_created(member_client):
+    client, user, team = member_client
+    response = client.post("/configs/new/", form_data(team, noise_sigma="-0.5", block_size="many",
+                                                      **{"sampling.top_p": "2"}))
+    assert response.status_code == 400
+    errors = {(e["field"], e["message"]) for e in response.context["problems"]}
+    assert errors == {("noise_sigma", "must be at least 0.0 (got '-0.5')"),
+                      ("block_size", "must be a whole number (got 'many')"),
+                      ("sampling.top_p", "must be at most 1.0 (got '2')")}
+    html = response.content.decode()
+    assert 'data-field="noise_sigma">must be at least 0.0' in html
+    assert 'data-field="sampling.top_p">must be at most 1.0' in html
+    # What was typed stays in the form.
+    assert 'name="noise_sigma" value="-0.5"' in html
+    assert RolloutConfigRecord.objects.count() == 0 and AuditEntry.objects.count() == 0
+
+
+def test_a_combination_the_schema_refuses_is_explained(member_client):
+    client, user, team = member_client
+    response = client.post("/configs/new/", form_data(team, weight_scale="channel"))
+    assert response.status_code == 400
+    assert "weight_scale is set but weights is bf16" in response.content.decode()
+    assert RolloutConfigRecord.objects.count() == 0
+
+
+def test_an_unknown_yaml_key_gets_a_did_you_mean(member_client):
+    client, user, team = member_client
+    response = client.post("/configs/new/", {"source": "yaml", "team": team.slug,
+                                             "yaml": "noise_sigam: 0.1\nsampling:\n  temprature: 0.5\n"})
+    assert response.status_code == 400
+    problems = response.context["problems"]
+    assert {"field": "noise_sigam", "message": "is not a field of a rollout config; did you mean 'noise_sigma'?"} in problems
+    assert {"field": "sampling.temprature",
+            "message": "is not a field of a rollout config; did you mean 'temperature'?"} in problems
+    assert "did you mean &#x27;noise_sigma&#x27;?" in response.content.decode()
+    assert RolloutConfigRecord.objects.count() == 0
+
+
+def test_yaml_that_is_not_a_mapping_not_yaml_or_a_bomb_is_refused(member_client):
+    client, user, team = member_client
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9))
+    cases = (("- 1\n- 2\n", "must be a mapping"), ("weights: [unclosed\n", "cannot be read"),
+             (laughs, "anchors and aliases"), ("keep_bf16: " + "[" * 20_000 + "]" * 20_000, "nested"))
+    for text, words in cases:
+        response = client.post("/configs/new/", {"source": "yaml", "team": team.slug, "yaml": text})
+        assert response.status_code == 400 and words in response.content.decode(), text
+    assert RolloutConfigRecord.objects.count() == 0
+
+
+def test_an_uploaded_yaml_file_with_dtype_aliases_creates_the_config(member_client):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    client, user, team = member_client
+    upload = SimpleUploadedFile("cfg.yaml", b"dtype: float32\nweights: fp8_e4m3\nstaleness: 1\n", "text/yaml")
+    response = client.post("/configs/new/", {"source": "yaml", "team": team.slug, "name": "up", "yaml_file": upload})
+    assert response.status_code == 302
+    assert RolloutConfigRecord.objects.get().config == dict(DEFAULTS, dtype="fp32", weights="fp8_e4m3", staleness=1)
+
+
+def test_a_huge_upload_is_refused_with_413_and_nothing_created(member_client):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    client, user, team = member_client
+    big = b"# padding\n" * 10_000  # 100 kB: over the 64 kB a config may be, under the request limit
+    response = client.post("/configs/new/", {"source": "yaml", "team": team.slug,
+                                             "yaml_file": SimpleUploadedFile("big.yaml", big, "text/yaml")})
+    assert response.status_code == 413 and "at most 65,536" in response.content.decode()
+    huge = b"x" * 400_000  # over the request body limit: refused before any view
+    response = client.post("/configs/new/", {"source": "yaml", "team": team.slug,
+                                             "yaml_file": SimpleUploadedFile("huge.yaml", huge, "text/yaml")})
+    assert response.status_code == 413
+    assert RolloutConfigRecord.objects.count() == 0
+
+
+def test_every_preset_fills_the_form_with_a_valid_distinct_config(member_client):
+    client, user, team = member_client
+    hashes = set()
+    for preset in PRESETS:
+        response = client.get(f"/configs/new/?preset={preset.slug}")
+        assert response.status_code == 200
+        rows = {row["field"].name: row["value"] for row in response.context["rows"]}
+        for key, value in preset.config.items():
+            shown = "\n".join(map(str, value)) if isinstance(value, list) else value
+            assert rows[key] == shown, (preset.slug, key)
+        hashes.add(config_hash(canonical_rollout(preset.config)))
+    assert len(hashes) == len(PRESETS)
+
+
+def test_the_form_has_every_schema_field_with_choices_and_help(member_client):
+    client, user, team = member_client
+    html = client.get("/configs/new/").content.decode()
+    for name in list(DEFAULTS) + ["sampling.temperature", "sampling.top_p", "sampling.max_new_tokens",
+                                  "sampling.ignore_eos"]:
+        if name != "sampling":
+            assert f'name="{name}"' in html, name
+    assert '<option value="fp8_e5m2"' in html and "one of none, fp8_e4m3, fp8_e5m2" in html
+    assert "Keep sampling after EOS" in html  # the schema's own description
+
+
+def test_editing_makes_a_new_record_and_leaves_the_old_one(member_client):
+    client, user, team = member_client
+    old, _ = do_create_config(team=team, user=user, name="base", data={"weights": "fp8_e4m3"})
+    assert client.get(f"/configs/{old.pk}/edit/").status_code == 200
+    response = client.post(f"/configs/{old.pk}/edit/", form_data(team, name="base + kv", weights="fp8_e4m3",
+                                                                 kv_cache="fp8_e4m3"))
+    new = RolloutConfigRecord.objects.exclude(pk=old.pk).get()
+    assert response["Location"] == f"/configs/{new.pk}/"
+    assert new.derived_from == old and new.config["kv_cache"] == "fp8_e4m3"
+    old.refresh_from_db()
+    assert old.config == dict(DEFAULTS, weights="fp8_e4m3")
+
+
+def test_a_record_cannot_be_changed_in_place(member):
+    from opdweb.configs.models import ImmutableConfig
+
+    user, team = member
+    record, _ = do_create_config(team=team, user=user, name="base", data={})
+    record.config = dict(DEFAULTS, weights="fp8_e4m3")
+    with pytest.raises(ImmutableConfig):
+        record.save()
+    record.refresh_from_db()
+    assert record.config == DEFAULTS
+
+
+def test_a_config_page_lists_exactly_the_jobs_that_ran_it(member_client):
+    client, user, team = member_client
+    record, _ = do_create_config(team=team, user=user, name="fp8", data={"weights": "fp8_e4m3"})
+    full = JobFactory(team=team, kind="mismatch", config={"model": "/m", "rollout": dict(DEFAULTS, weights="fp8_e4m3")})
+    partial = JobFactory(team=team, kind="admission", state="succeeded",
+                         config={"model": "/m", "rollout": {"weights": "fp8_e4m3", "sampling": {"temperature": 1.0}}, "budget": 1},
+                         result={"verdict": "pass", "multiple": 3.0})
+    JobFactory(team=team, kind="mismatch", config={"model": "/m", "rollout": {"weights": "fp8_e4m3", "seed": 1}})
+    JobFactory(team=team, kind="mismatch", config={"model": "/m", "rollout": {}})
+    JobFactory(team=TeamFactory(), kind="mismatch", config={"model": "/m", "rollout": {"weights": "fp8_e4m3"}})
+    JobFactory(team=team, kind="selftest", config={"steps": 3})
+    response = client.get(f"/configs/{record.pk}/")
+    assert [job.pk for job in response.context["jobs"]] == [partial.pk, full.pk]
+    assert response.context["jobs"][0].verdict == "pass"
+
+
+def test_viewers_cannot_create_and_other_teams_configs_are_not_found(db):
+    team = TeamFactory()
+    viewer = MembershipFactory(team=team, role=Role.VIEWER).user
+    client = Client()
+    client.force_login(viewer)
+    assert client.get("/configs/new/").status_code == 403
+    response = client.post("/configs/new/", form_data(team, weights="fp8_e4m3"))
+    assert response.status_code == 403
+    other = MembershipFactory(role=Role.ADMIN)
+    record, _ = do_create_config(team=other.team, user=other.user, name="theirs", data={})
+    assert client.get(f"/configs/{record.pk}/").status_code == 404
+    assert client.get(f"/configs/{record.pk}/edit/").status_code == 404
+    assert RolloutConfigRecord.objects.count() == 1
+
+
+def test_an_edit_stays_in_its_configs_team(member_client):
+    client, user, team = member_client
+    elsewhere = MembershipFactory(user=user, role=Role.MEMBER).team
+    old, _ = do_create_config(team=team, user=user, name="base", data={})
+    response = client.post(f"/configs/{old.pk}/edit/", form_data(elsewhere, name="moved", staleness="1"))
+    assert response.status_code == 403
+    assert RolloutConfigRecord.objects.count() == 1

@@ -1,0 +1,155 @@
+"""Approval events reach the team's webhook: posted by a real Celery worker to a real HTTP
+server on loopback, signed with HMAC-SHA256 of the body under the team's secret, retried
+after a failure, and logged."""
+import hashlib
+import hmac
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from django.test import Client
+
+from opdweb.configs.actions import do_create_config
+from opdweb.configs.models import ApprovalRequest, DeliveryState, TeamWebhook, WebhookDelivery
+from opdweb.configs.webhooks import attempt_delivery
+from opdweb.embedded_servers import free_port
+from opdweb.teams.models import AuditEntry, Role
+from tests.web.conftest import wait_for
+from tests.web.factories import MembershipFactory, TeamFactory
+
+SECRET = "s3cret-of-sixteen-plus"
+
+
+class Receiver:
+    """A loopback HTTP server that answers the statuses given, in order (then 200), and
+    keeps every request it got."""
+
+    def __init__(self, statuses=()):
+        self.statuses = list(statuses)
+        self.received: list[dict] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.received.append({"headers": dict(self.headers), "body": body})
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    made = []
+
+    def make(statuses=()):
+        made.append(Receiver(statuses))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.close()
+
+
+def expected_signature(body: bytes) -> str:
+    return "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_request_and_decision_are_posted_signed_and_retried(start_worker, receiver, tmp_path, settings):
+    (tmp_path / "models" / "student").mkdir(parents=True)
+    (tmp_path / "models" / "student" / "config.json").write_text("{}")
+    settings.OPDWEB_MODEL_ROOTS = [tmp_path / "models"]
+    hook = receiver(statuses=[500])  # the first post fails; the retry succeeds
+    team = TeamFactory()
+    admin = MembershipFactory(team=team, role=Role.ADMIN).user
+    member = MembershipFactory(team=team, role=Role.MEMBER).user
+    approver = MembershipFactory(team=team, role=Role.APPROVER).user
+    start_worker(WEBHOOK_RETRY_SECONDS="0.2")
+
+    admin_client = Client()
+    admin_client.force_login(admin)
+    response = admin_client.post(f"/teams/{team.slug}/webhook/", {"url": hook.url, "secret": SECRET})
+    assert response.status_code == 302 and TeamWebhook.objects.get(team=team).url == hook.url
+
+    record, _ = do_create_config(team=team, user=member, name="fp8", data={"weights": "fp8_e4m3"})
+    member_client = Client()
+    member_client.force_login(member)
+    response = member_client.post(f"/configs/{record.pk}/request-approval/",
+                                  {"checkpoint": str(tmp_path / "models" / "student"), "comment": "please"})
+    assert response.status_code == 302
+    approval = ApprovalRequest.objects.get()
+
+    delivered = wait_for(lambda: WebhookDelivery.objects.filter(state=DeliveryState.DELIVERED).first(), 30,
+                         "the request event to be delivered")
+    assert (delivered.event, delivered.attempts, delivered.last_status) == ("approval.requested", 2, 200)
+    assert len(hook.received) == 2 and hook.received[0]["body"] == hook.received[1]["body"]
+    first = hook.received[1]
+    assert first["headers"]["X-Opdweb-Signature"] == expected_signature(first["body"])
+    assert first["headers"]["X-Opdweb-Event"] == "approval.requested"
+    assert first["headers"]["X-Opdweb-Delivery"] == str(delivered.pk)
+    payload = json.loads(first["body"])
+    assert payload["event"] == "approval.requested" and payload["team"] == team.slug
+    assert payload["approval"] == approval.pk and payload["comment"] == "please"
+    assert payload["config"] == {"id": record.pk, "name": "fp8", "hash": record.config_hash}
+    assert payload["requested_by"] == member.username
+
+    approver_client = Client()
+    approver_client.force_login(approver)
+    response = approver_client.post(f"/approvals/{approval.pk}/decide/", {"decision": "reject", "comment": "no"})
+    assert response.status_code == 302
+    wait_for(lambda: len(hook.received) == 3, 30, "the decision event")
+    decision = hook.received[2]
+    assert decision["headers"]["X-Opdweb-Signature"] == expected_signature(decision["body"])
+    assert json.loads(decision["body"])["event"] == "approval.rejected"
+    assert json.loads(decision["body"])["decided_by"] == approver.username
+    wait_for(lambda: WebhookDelivery.objects.filter(state=DeliveryState.DELIVERED).count() == 2, 10, "logged")
+
+    page = admin_client.get(f"/teams/{team.slug}/webhook/").content.decode()
+    assert page.count("delivered") >= 2 and "approval.rejected" in page
+    assert AuditEntry.objects.filter(team=team, action="webhook.changed").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_receiver_that_cannot_be_reached_is_logged_and_given_up_after_the_limit(settings):
+    settings.WEBHOOK_MAX_ATTEMPTS = 3
+    team = TeamFactory()
+    closed_port = free_port()
+    TeamWebhook.objects.create(team=team, url=f"http://127.0.0.1:{closed_port}/hook", secret=SECRET)
+    delivery = WebhookDelivery.objects.create(team=team, event="approval.requested",
+                                              url=f"http://127.0.0.1:{closed_port}/hook", payload={"event": "x"})
+    assert attempt_delivery(delivery.pk) is False
+    assert attempt_delivery(delivery.pk) is False
+    assert attempt_delivery(delivery.pk) is True  # the third and last attempt
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.attempts, delivery.last_status) == (DeliveryState.FAILED, 3, None)
+    assert delivery.last_error.startswith("could not reach the receiver")
+
+
+@pytest.mark.django_db
+def test_webhook_settings_refuse_bad_input_and_non_admins(settings):
+    team = TeamFactory()
+    admin = Client()
+    admin.force_login(MembershipFactory(team=team, role=Role.ADMIN).user)
+    response = admin.post(f"/teams/{team.slug}/webhook/", {"url": "ftp://example.com/x", "secret": "short"})
+    assert response.status_code == 400
+    text = response.content.decode()
+    assert "must be an http:// or https:// URL" in text and "at least 16 characters" in text
+    approver = Client()
+    approver.force_login(MembershipFactory(team=team, role=Role.APPROVER).user)
+    response = approver.post(f"/teams/{team.slug}/webhook/", {"url": "https://example.com/x", "secret": SECRET})
+    assert response.status_code == 403
+    assert not TeamWebhook.objects.exists() and not AuditEntry.objects.exists()
