@@ -116,8 +116,8 @@ class Stack:
         self.env = {**child_env(), **FAST}
         self.children: list[Child] = []
 
-    def worker(self, name: str, wait: bool = True) -> Child:
-        command = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "-Q", "gpu,cpu",
+    def worker(self, name: str, wait: bool = True, queues: str = "gpu,cpu") -> Child:
+        command = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "-Q", queues,
                    "--pool", "solo", "-n", f"{name}@bench", "--loglevel", "WARNING", "--without-mingle",
                    "--without-gossip"]
         child = Child(f"worker-{name}", command, self.env, self.log_dir)

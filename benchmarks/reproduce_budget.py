@@ -1,0 +1,273 @@
+"""The paper's budget findings, reproduced on the toy world through the product itself.
+
+    python -m opdweb.launcher exec -- .venv/bin/python benchmarks/reproduce_budget.py --gpu-workers 2
+
+Everything runs as jobs on real Celery workers (a database and a Redis of its own, made
+and dropped here), exactly as a team would run it:
+
+1. **Budget curves per method**: one ``calibration`` job per method (full-vocabulary OPD,
+   GRPO, GRPO + TIS by default) on the demo student; its ladder's runs are child jobs the
+   gpu workers share.  The wall time of each calibration is the benchmark "demo
+   calibration with N workers".
+2. **FP8 recipe within the budget**: an ``admission`` job (``recipe: true``) of FP8 weights +
+   FP8 KV against the OPD budget: verdict, margin, the cheapest recipe and its KV capacity.
+3. **Budget at an early and a late checkpoint**: OPD trains the student ``--late-steps``
+   steps, and the checkpoint is calibrated too; the same FP8 config is checked against both.
+4. **Time to quality**: a ``time-to-quality`` job, BF16 synchronous against FP8 W + KV with
+   one step of staleness.
+
+It writes ``docs/budget/results.json``, the Markdown tables it prints, and PNG charts of the
+budget curves drawn by plotly in Debian's Chromium (Playwright), as the budget page draws them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_reliability import FAST, Stack, shut_down_redis, wait_for  # noqa: E402  (no Django)
+from opdweb.embedded_servers import start_embedded_redis  # noqa: E402
+
+METHODS = {
+    "opd:full": {"method": "opd", "loss": "full"},
+    "opd:sampled": {"method": "opd", "loss": "sampled"},
+    "opd:sampled+tis": {"method": "opd", "loss": "sampled", "correction": "tis"},
+    "grpo": {"method": "grpo"},
+    "grpo+tis": {"method": "grpo", "tis": True},
+}
+FP8_W_KV = {"weights": "fp8_e4m3", "weight_scale": "channel", "kv_cache": "fp8_e4m3"}
+
+
+def submit(team, user, kind: str, config: dict, name: str):
+    from opdweb.jobs.actions import do_submit_job
+
+    return do_submit_job(team=team, user=user, kind_name=kind, config=config, name=name)
+
+
+def finished(job, timeout: float):
+    from opdweb.jobs.models import Job, JobState
+
+    done = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+    wait_for(lambda: Job.objects.get(pk=job.pk).state in done, timeout, f"job #{job.pk} ({job.name})", 2.0)
+    job.refresh_from_db()
+    if job.state != JobState.SUCCEEDED:
+        raise RuntimeError(f"job #{job.pk} ({job.name}) {job.state}: {job.error}")
+    return job
+
+
+def wall_s(job) -> float:
+    return (job.finished_at - job.started_at).total_seconds()
+
+
+def calibration_config(args, student: str, teacher: str, method: str) -> dict:
+    return {"model": student, "teacher": teacher, **METHODS[method], "levels": args.levels, "seeds": args.seeds,
+            "steps": args.steps, "batch_size": args.batch_size, "eval_prompts": args.eval_prompts,
+            "measure_prompts": args.measure_prompts, "reference_engine": "hf", "device": "cpu", "threads": 1,
+            **({"lr": args.lr[method]} if method in args.lr else {})}
+
+
+def run(args, team, user, student: str, teacher: str) -> dict:
+    from opdweb.budgets.models import MismatchBudget
+
+    out: dict = {"settings": {k: v for k, v in vars(args).items() if k != "lr"} | {"lr": args.lr}}
+    started = time.monotonic()
+    calibrations = {m: submit(team, user, "calibration", calibration_config(args, student, teacher, m), f"calibrate {m}")
+                    for m in args.methods}
+    late = None
+    if args.late_steps:
+        late = submit(team, user, "train", {"model": student, "teacher": teacher, "method": "opd", "loss": "full",
+                                            "steps": args.late_steps, "batch_size": args.batch_size,
+                                            "eval_prompts": args.eval_prompts, "device": "cpu", "threads": 1},
+                      f"train to step {args.late_steps}")
+    ttq = submit(team, user, "time-to-quality", {
+        "model": student, "teacher": teacher, "method": "opd", "loss": "full", "seeds": args.seeds,
+        "target": args.ttq_target, "steps": args.ttq_steps, "batch_size": args.batch_size, "eval_every": 5,
+        "eval_prompts": args.eval_prompts, "device": "cpu", "threads": 1}, "time to quality") if args.ttq_steps else None
+
+    out["budgets"] = {}
+    for method, job in calibrations.items():
+        job = finished(job, args.timeout)
+        budget = MismatchBudget.objects.get(calibration_job=job)
+        out["budgets"][method] = {"id": budget.pk, "wall_s": wall_s(job), **job.result}
+        print(f"{method}: budget {budget.budget} ({budget.status}) in {wall_s(job):.0f} s", flush=True)
+
+    opd = out["budgets"].get("opd:full")
+    if opd:
+        check = finished(submit(team, user, "admission", {"model": student, "rollout": FP8_W_KV, "budget": opd["id"],
+                                                           "prompts": args.admission_prompts, "recipe": True},
+                                "FP8 W + KV, recipe"), args.timeout)
+        out["admission"] = {k: check.result.get(k) for k in (
+            "verdict", "reason", "multiple", "multiple_ci", "margin", "kv_capacity_gain", "recipe", "pareto_front",
+            "recipe_candidates", "drift")} | {"wall_s": wall_s(check)}
+        print(f"admission: {check.result['verdict']} at {check.result['multiple']:.3g}x", flush=True)
+    if late is not None and opd:
+        late = finished(late, args.timeout)
+        checkpoint = late.result["checkpoint"]
+        job = finished(submit(team, user, "calibration", calibration_config(args, checkpoint, teacher, "opd:full"),
+                              f"calibrate opd:full at step {args.late_steps}"), args.timeout)
+        budget = MismatchBudget.objects.get(calibration_job=job)
+        late_check = finished(submit(team, user, "admission", {"model": checkpoint, "rollout": FP8_W_KV,
+                                                                "budget": budget.pk, "prompts": args.admission_prompts},
+                                     "FP8 W + KV at the late checkpoint"), args.timeout)
+        out["late"] = {"step": args.late_steps, "train_result": {k: late.result.get(k) for k in ("start_accuracy", "final_accuracy")},
+                       "budget": {"id": budget.pk, **job.result}, "admission": {
+                           k: late_check.result.get(k) for k in ("verdict", "multiple", "multiple_ci", "margin")}}
+    if ttq is not None:
+        ttq = finished(ttq, args.timeout)
+        out["time_to_quality"] = ttq.result
+    out["total_s"] = time.monotonic() - started
+    return out
+
+
+def tables(r: dict) -> str:
+    lines = ["| method | budget | bracket | baseline acc. | levels (multiple: acc. mean ± sd, drop) | wall |",
+             "|---|---|---|---|---|---|"]
+    for method, b in r["budgets"].items():
+        value = ("not reached (≥ %.3gx)" % b["budget"]) if b["status"] == "not_reached" else "%.3gx" % b["budget"]
+        levels = "; ".join(f"{c['multiple']:.3g}x: {100 * c['accuracy_mean']:.1f} ± {100 * c['accuracy_sd']:.1f} "
+                           f"({c['drop_points']:+.1f})" for c in b["curve"])
+        bracket = " – ".join("-" if x is None else f"{x:.3g}x" for x in b["bracket"])
+        lines.append(f"| {method} | {value} | {bracket} | {100 * b['baseline']['mean']:.1f} ± "
+                     f"{100 * b['baseline']['sd']:.1f} | {levels} | {b['wall_s']:.0f} s |")
+    if "admission" in r:
+        a = r["admission"]
+        recipe = a.get("recipe") or {}
+        lines += ["", f"FP8 W + KV against the OPD budget: **{a['verdict']}** at {a['multiple']:.3g}x "
+                      f"(CI {a['multiple_ci'][0]:.3g}–{a['multiple_ci'][1]:.3g}), margin {a['margin']:.2f}, KV capacity "
+                      f"{a['kv_capacity_gain']:.2f}x; cheapest recipe within budget: "
+                      + (f"{recipe['label']} ({recipe['multiple']:.3g}x, KV {recipe['capacity']:.2f}x)" if recipe else "none")]
+    if "late" in r:
+        late = r["late"]
+        lines += ["", f"Late checkpoint (step {late['step']}): budget {late['budget']['budget']:.3g}x "
+                      f"({late['budget']['status']}); FP8 W + KV there: {late['admission']['verdict']} at "
+                      f"{late['admission']['multiple']:.3g}x"]
+    if "time_to_quality" in r:
+        t = r["time_to_quality"]
+        lines += ["", "| arm | reached | measured s (mean) | modelled s (mean) | speed-up measured | speed-up modelled |",
+                  "|---|---|---|---|---|---|"]
+        for arm in t["arms"]:
+            lines.append(f"| {arm['name']} | {arm['reached_fraction']:.2f} | {arm['measured_s']['mean']} | "
+                         f"{arm['modelled_s']['mean']} | {arm['speedup_measured']['mean']} | {arm['speedup_modelled']['mean']} |")
+    return "\n".join(lines)
+
+
+PLOT_PAGE = """<!doctype html><html><head><script>{plotly}</script></head>
+<body style="margin:0"><div id="c" style="width:900px;height:480px"></div>
+<script>Plotly.newPlot("c", {traces}, {layout}, {{staticPlot: true}}).then(() => document.title = "done");</script></body></html>"""
+
+
+def budget_figure(r: dict) -> tuple[list, dict]:
+    colours = ["#1971c2", "#e03131", "#2f9e44", "#f08c00", "#7048e8"]
+    traces = []
+    for colour, (method, b) in zip(colours, r["budgets"].items()):
+        xs = [1.0] + [c["multiple"] for c in b["curve"]]
+        ys = [100 * b["baseline"]["mean"]] + [100 * c["accuracy_mean"] for c in b["curve"]]
+        sd = [100 * b["baseline"]["sd"]] + [100 * c["accuracy_sd"] for c in b["curve"]]
+        traces.append({"x": xs, "y": ys, "name": f"{method} (budget {'≥ ' if b['status'] == 'not_reached' else ''}"
+                                                 f"{b['budget']:.3g}x)",
+                       "mode": "lines+markers", "line": {"color": colour},
+                       "error_y": {"type": "data", "array": sd, "visible": True}})
+    layout = {"xaxis": {"type": "log", "title": {"text": "multiple of the BF16 engine's k3 (measured)"}},
+              "yaxis": {"title": {"text": "held-out accuracy after equal steps (%)"}}, "showlegend": True,
+              "title": {"text": "Budget curves on the toy world (mean ± sd over seeds)"}, "margin": {"t": 50}}
+    return traces, layout
+
+
+def render_png(traces: list, layout: dict, path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    html = PLOT_PAGE.format(plotly=(ROOT / "static/vendor/plotly.min.js").read_text(), traces=json.dumps(traces),
+                            layout=json.dumps(layout))
+    with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False) as fh:
+        fh.write(html)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"], headless=True)
+        page = browser.new_page(viewport={"width": 900, "height": 480})
+        page.goto(f"file://{fh.name}")
+        page.wait_for_function("document.title === 'done'")
+        page.screenshot(path=str(path))
+        browser.close()
+    os.unlink(fh.name)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--database", default="opdweb_reproduce_budget")
+    ap.add_argument("--gpu-workers", type=int, default=2)
+    ap.add_argument("--methods", default="opd:full,grpo,grpo+tis")
+    ap.add_argument("--levels", default="10,100,1000")
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--eval-prompts", type=int, default=500)
+    ap.add_argument("--measure-prompts", type=int, default=256)
+    ap.add_argument("--admission-prompts", type=int, default=256)
+    ap.add_argument("--late-steps", type=int, default=0, help="also calibrate a checkpoint trained this far (0: skip)")
+    ap.add_argument("--ttq-steps", type=int, default=0, help="time-to-quality runs of at most this many steps (0: skip)")
+    ap.add_argument("--ttq-target", type=float, default=0.4)
+    ap.add_argument("--lr", default="", help="per-method learning rates, e.g. grpo=3e-5,opd:full=1e-4")
+    ap.add_argument("--toy", default="var/toy/demo", help="where the demo pair is (built there when missing)")
+    ap.add_argument("--out", default="docs/budget")
+    ap.add_argument("--timeout", type=float, default=4 * 3600)
+    args = ap.parse_args()
+    args.methods = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(args.methods) - set(METHODS))
+    if unknown:
+        ap.error(f"unknown methods {unknown}; known: {sorted(METHODS)}")
+    args.levels = [float(x) for x in args.levels.split(",")]
+    args.lr = {k: float(v) for k, v in (p.split("=", 1) for p in args.lr.split(",") if p)}
+
+    from workers.science.toy import build_toy_models
+
+    toy = (ROOT / args.toy).resolve()
+    build_toy_models("demo", toy)
+    tmp = Path(tempfile.mkdtemp(prefix="opdweb-reproduce-"))
+    redis_url, stop_redis = start_embedded_redis(tmp / "redis")
+    os.environ["REDIS_URL"] = redis_url
+    os.environ.update(FAST)
+    os.environ["JOB_STALE_SECONDS"] = "120"  # training children beat while they train; nothing is killed here
+    runs = Path(os.environ.get("OPDWEB_DATA_DIR", ROOT / "var")).resolve() / "runs"
+    os.environ["OPDWEB_MODEL_ROOTS"] = f"{toy.parent},{runs}"  # the late checkpoint lives in a job's run directory
+    from harness import bench_database, load, team_and_user
+
+    try:
+        with bench_database(args.database):
+            team, user, _ = team_and_user()
+            stack = Stack(tmp)
+            try:
+                for i in range(len(args.methods) + 2):  # each calibration parent waits on a cpu worker of its own
+                    stack.worker(f"cpu{i}", queues="cpu")
+                for i in range(args.gpu_workers):
+                    stack.worker(f"gpu{i}", queues="gpu")
+                result = run(args, team, user, str(toy / "student"), str(toy / "teacher"))
+            finally:
+                stack.stop()
+    except BaseException:
+        print(f"(processes' logs in {tmp})", file=sys.stderr)
+        raise
+    finally:
+        shut_down_redis(redis_url, stop_redis)
+    result["load_average_at_end"] = load()
+    out = ROOT / args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=1))
+    text = tables(result)
+    (out / "results.md").write_text(text + "\n")
+    render_png(*budget_figure(result), out / "budget_curves.png")
+    print(text)
+    print(f"\n({result['total_s']:.0f} s with {args.gpu_workers} gpu worker(s); load average at the end: {load()})")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
