@@ -7,6 +7,7 @@ from django.dispatch import receiver
 
 from opdweb.budgets.models import MismatchBudget
 from opdweb.jobs.actions import CONFIG_RESOLVERS
+from opdweb.jobs.sandbox import OutsideSandbox, confine_model
 from opdweb.jobs.signals import job_succeeded
 from opdweb.refusals import Refused
 
@@ -42,6 +43,15 @@ def resolve_admission_budget(team, config: dict) -> dict:
     if not budget.is_current:
         raise Refused(f"budget: #{ref} was superseded by #{budget.superseded_by_id}, a newer calibration; use that one",
                       details=[{"field": "budget", "message": "superseded"}])
+    model = config.get("model")
+    if isinstance(model, str):
+        try:
+            model = confine_model(model)
+        except OutsideSandbox:
+            pass  # the sandbox check of the config itself reports it
+        if model != budget.checkpoint:
+            raise Refused(f"budget: #{ref} was calibrated on checkpoint {budget.checkpoint!r}, not on {model!r}; "
+                          "calibrate a budget for this checkpoint", details=[{"field": "budget", "message": "other checkpoint"}])
     return {**config, "budget": budget.spec()}
 
 

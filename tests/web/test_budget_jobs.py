@@ -102,8 +102,11 @@ def test_bad_budget_references_and_calibration_configs_are_refused_and_write_not
     user, team = member
     other_team = Team.objects.create(name="other", slug="other")
     theirs = stored_calibration(other_team, None, toy_student)
+    teacher = str(settings.DATA_DIR / "toy" / "test" / "teacher")
+    ours_on_the_teacher = stored_calibration(team, user, teacher)
     before = Job.objects.count()
     for config, message in [
+        ({"model": toy_student, "budget": ours_on_the_teacher.pk}, "was calibrated on checkpoint"),
         ({"model": toy_student, "budget": theirs.pk}, f"no budget #{theirs.pk}"),
         ({"model": toy_student, "budget": 10**9}, "no budget #1000000000"),
         ({"model": toy_student, "budget": {"budget": 1e9, "status": "reached"}}, "give the id"),
