@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import shutil
 import time
@@ -44,6 +45,8 @@ from .config import TrainingConfig
 from .recheck import AdmissionRecheck
 
 CHECKPOINT_PREFIX = "checkpoint-"
+log = logging.getLogger(__name__)
+
 STATE_FILE = "trainer_state.pt"
 STATE_JSON = "trainer_state.json"
 #: Held-out problems are drawn with this seed whatever the run's seed, so seeds compare on one set.
@@ -115,6 +118,7 @@ class OnPolicyTrainer:
         self.recheck = AdmissionRecheck(self) if config.budget else None
         if self.resume_path is not None:
             self._load_state(self.resume_path)
+            log.info("resuming from %s at step %d", self.resume_path, self.step)
 
     # -- what a method provides -----------------------------------------------------------
     @property
