@@ -7,8 +7,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from opdweb.api import Routes
+from opdweb.budgets.access import visible_budget
 from opdweb.budgets.models import MismatchBudget
-from opdweb.refusals import Refused
 from opdweb.teams.access import teams_of
 
 routes = Routes()
@@ -53,13 +53,6 @@ class BudgetFilter(BaseModel):
     method: str | None = Field(None, max_length=40)
     current: bool = Field(False, description="only budgets no newer calibration superseded")
     limit: int = Field(100, ge=1, le=1000)
-
-
-def visible_budget(user, budget_id: int) -> MismatchBudget:
-    budget = MismatchBudget.objects.filter(pk=budget_id, team__in=teams_of(user)).select_related("team").first()
-    if budget is None:
-        raise Refused(f"budget #{budget_id} not found", status=404)
-    return budget
 
 
 @routes.route("GET", "budgets", summary="Mismatch budgets of your teams, newest first", query=BudgetFilter,

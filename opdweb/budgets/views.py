@@ -3,30 +3,18 @@ checks that used it placed on it."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import OuterRef, Subquery
-from django.http import Http404
 from django.shortcuts import render
 
+from opdweb.budgets.access import visible_budget
 from opdweb.budgets.models import MismatchBudget
 from opdweb.jobs.models import Job, JobState
 from opdweb.teams.access import teams_of
-from opdweb.teams.models import Membership
 
 
 @login_required
 def budget_list(request):
     budgets = MismatchBudget.objects.filter(team__in=teams_of(request.user)).select_related("team", "calibration_job")
     return render(request, "budgets/list.html", {"budgets": budgets[:500]})
-
-
-def visible_budget(user, budget_id: int) -> MismatchBudget:
-    """The budget if ``user`` is in its team (else 404: other teams' budgets are never revealed)."""
-    role = Membership.objects.filter(team=OuterRef("team"), user=user).values("role")[:1]
-    budget = (MismatchBudget.objects.select_related("team", "calibration_job").annotate(role=Subquery(role))
-              .filter(pk=budget_id).first())
-    if budget is None or budget.role is None:
-        raise Http404(f"budget #{budget_id} not found")
-    return budget
 
 
 def admission_points(budget: MismatchBudget) -> list[dict]:
