@@ -60,7 +60,7 @@ def _add_kind(sub, kind: JobKind) -> None:
             optional = kind.name in ROLLOUT_OPTIONAL
             j.add_argument("--config", required=not optional,
                            help="rollout config YAML" + (" (default: the BF16 engine)" if optional else ""))
-        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        elif _file_model(annotation) is not None:
             j.add_argument(_flag(name), dest=name, required=info.is_required(),
                            help=_help(f"{info.description or name}: a JSON or YAML file"))
         elif get_origin(annotation) is list:
@@ -83,6 +83,14 @@ def _help(text: str | None) -> str | None:
 
 def _flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
+
+
+def _file_model(annotation) -> type[BaseModel] | None:
+    """The config model a field takes from a file (``BudgetSpec``, also where the product
+    may give an id instead: ``BudgetSpec | int``); None for other fields."""
+    options = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return next((a for a in options if isinstance(a, type) and issubclass(a, BaseModel)
+                 and not issubclass(a, RolloutConfig)), None)
 
 
 def _without_none(annotation):
@@ -108,7 +116,7 @@ def _job_config(kind: JobKind, args: argparse.Namespace):
         annotation = _without_none(info.annotation)
         if name not in fields or name == "rollout":
             continue
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if _file_model(annotation) is not None:
             fields[name] = load_mapping_file(fields[name], _flag(name))
         elif get_origin(annotation) is list:
             fields[name] = [v.strip() for v in fields[name].split(",") if v.strip()]
@@ -119,10 +127,17 @@ def _job_config(kind: JobKind, args: argparse.Namespace):
     except ValidationError as exc:
         lines = []
         for p in validation_problems(exc):
-            name = p["field"].split(".", 1)[0]
+            name, _, rest = p["field"].partition(".")
+            model = _file_model(kind.config.model_fields[name].annotation) if name in kind.config.model_fields else None
+            if model is not None and rest:
+                # a file option's field, e.g. "budget.BudgetSpec.metric": the file holds the model,
+                # so the problems of the union's other alternatives (an id) do not apply
+                if not rest.startswith(model.__name__ + ".") and rest != model.__name__:
+                    continue
+                rest = rest[len(model.__name__) + 1:] if rest.startswith(model.__name__ + ".") else ""
             flag = _flag(name) if name in kind.config.model_fields and name != "rollout" else p["field"]
-            if flag != p["field"] and "." in p["field"]:
-                flag += f" ({p['field'].split('.', 1)[1]})"  # a field of a file option, e.g. --budget (metric)
+            if flag != p["field"] and rest:
+                flag += f" ({rest})"  # e.g. --budget (metric)
             lines.append(f"{flag}: {p['message']}")
         raise _BadOptions(lines) from None
 
