@@ -35,13 +35,15 @@ METHODS = {
 
 
 class Budget:
-    """Stops a run after ``seconds`` of wall time; keeps nothing else."""
+    """Stops a run after ``seconds`` of wall time; keeps the rollout engine's mismatch multiples."""
 
     def __init__(self, seconds: float) -> None:
         self.deadline = time.monotonic() + seconds
+        self.multiples: list[float] = []
 
     def log(self, step, values):
-        pass
+        if "mismatch/multiple" in values:
+            self.multiples.append(values["mismatch/multiple"])
 
     def progress(self, frac, message=""):
         pass
@@ -62,13 +64,15 @@ def run_once(spec: dict, seed: int, args) -> dict:
     if spec["method"] == "opd":
         values["teacher"] = args.teacher
     t0 = time.perf_counter()
-    trainer = trainer_for(training_config(values), Budget(args.budget_s))
+    budget = Budget(args.budget_s)
+    trainer = trainer_for(training_config(values), budget)
     try:
         report = trainer.train()
         start, end = report["start_accuracy"], report["final_accuracy"]
     except Cancelled:
         start, end = trainer.evals[0][1], trainer._evaluate(trainer.step)
-    return {"seed": seed, "steps": trainer.step, "start": start, "end": end,
+    multiple = statistics.median(budget.multiples) if budget.multiples else None
+    return {"seed": seed, "steps": trainer.step, "start": start, "end": end, "mismatch_multiple": multiple,
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
