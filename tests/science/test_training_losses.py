@@ -104,3 +104,99 @@ def test_k3_is_zero_for_identical_logprobs_and_matches_the_formula():
     got = L.k3(lp + torch.tensor([[0.3, -0.2]]), lp, mask)
     want = ((math.exp(0.3) - 1 - 0.3) + (math.exp(-0.2) - 1 + 0.2)) / 2
     assert got == pytest.approx(want)
+
+
+# --- each method's loss, as its trainer computes it, on a hand-made batch --------------------
+
+def _trainer(cls, config):
+    """A method's trainer holding only its config (compute_loss needs no model)."""
+    trainer = cls.__new__(cls)
+    trainer.config, trainer.device = config, torch.device("cpu")
+    return trainer
+
+
+def _opd_batch():
+    # Two response tokens, vocabulary of 2: the student's distributions (0.5, 0.5) then (0.8, 0.2);
+    # sampled tokens 0 then 1, so log pS = ln 0.5, ln 0.2.  The teacher's log-probabilities of those
+    # tokens are 1 and 3 nats higher: raw advantages 1, 3 -> normalised (mean 2, std 1) -1, +1.
+    # The rollout engine gave the tokens ln 0.5 and ln 0.2 - 1: TIS ratios 1 and e -> weights 1, 2.
+    logp_train = torch.log(torch.tensor([[[0.5, 0.5], [0.8, 0.2]]])).requires_grad_()
+    logp_teacher = torch.log(torch.tensor([[[0.25, 0.75], [0.5, 0.5]]]))
+    lp_train = torch.log(torch.tensor([[0.5, 0.2]]))
+    return {"rollouts": _Rollouts(torch.tensor([[0, 1]])), "mask": torch.tensor([[True, True]]),
+            "logp_train": logp_train, "lp_train": lp_train, "logp_teacher": logp_teacher,
+            "lp_teacher": lp_train + torch.tensor([[1.0, 3.0]]), "lp_roll": lp_train - torch.tensor([[0.0, 1.0]])}
+
+
+class _Rollouts:
+    def __init__(self, tokens):
+        self.tokens = tokens
+
+
+def _opd_config(**kw):
+    from workers.science.training.config import OPDConfig
+
+    return OPDConfig(model="student", teacher="teacher", **kw)
+
+
+def test_sampled_token_opd_loss_of_a_hand_made_batch():
+    from workers.science.training.opd import OPDTrainer
+
+    # -token_mean(A * log pS) = -(-1 * ln 0.5 + 1 * ln 0.2) / 2
+    loss, _ = _trainer(OPDTrainer, _opd_config(loss="sampled")).compute_loss(_opd_batch())
+    assert float(loss.detach()) == pytest.approx((math.log(0.5) - math.log(0.2)) / 2, rel=1e-5)
+
+
+def test_sampled_token_opd_loss_with_tis_of_a_hand_made_batch():
+    from workers.science.training.opd import OPDTrainer
+
+    # weights 1 and 2: -(1 * -1 * ln 0.5 + 2 * 1 * ln 0.2) / 2
+    batch = _opd_batch()
+    loss, stats = _trainer(OPDTrainer, _opd_config(loss="sampled", correction="tis")).compute_loss(batch)
+    assert float(loss.detach()) == pytest.approx((math.log(0.5) - 2 * math.log(0.2)) / 2, rel=1e-5)
+    assert stats["is/clip_fraction"] == pytest.approx(0.5)
+    # The gradient raises the logit of the token with the positive advantage (token 1 at position 1).
+    loss.backward()
+    grad = batch["logp_train"].grad
+    assert grad[0, 1, 1] < 0 and grad[0, 0, 0] > 0
+
+
+def test_full_vocabulary_opd_loss_with_tis_of_a_hand_made_batch():
+    from workers.science.training.opd import OPDTrainer
+
+    # KL at position 0: 0.5 ln(0.5/0.25) + 0.5 ln(0.5/0.75); at position 1: 0.8 ln(0.8/0.5) + 0.2 ln(0.2/0.5);
+    # TIS weights 1 and 2, token-mean over the two tokens.
+    kl0 = 0.5 * math.log(2) + 0.5 * math.log(2 / 3)
+    kl1 = 0.8 * math.log(1.6) + 0.2 * math.log(0.4)
+    loss, _ = _trainer(OPDTrainer, _opd_config(loss="full", correction="tis")).compute_loss(_opd_batch())
+    assert float(loss.detach()) == pytest.approx((kl0 + 2 * kl1) / 2, rel=1e-5)
+
+
+def _grpo_batch():
+    # One group of four responses of two tokens over a vocabulary of 2, every distribution uniform
+    # (every sampled token has log p = ln 0.5); the second response is one token long.  Rewards
+    # 1, 0, 0, 0: mean 0.25, unbiased std 0.5 -> advantages 1.5, -0.5, -0.5, -0.5.  The rollout
+    # engine gave the first response's tokens ln 0.5 - 1 (TIS ratio e, capped to 2).
+    logp_train = torch.full((4, 2, 2), math.log(0.5)).requires_grad_()
+    mask = torch.tensor([[True, True], [True, False], [True, True], [True, True]])
+    lp_train = torch.full((4, 2), math.log(0.5))
+    lp_roll = lp_train - torch.tensor([[1.0, 1.0], [0, 0], [0, 0], [0, 0]])
+    return {"rollouts": _Rollouts(torch.zeros(4, 2, dtype=torch.long)), "mask": mask, "logp_train": logp_train,
+            "lp_train": lp_train, "lp_roll": lp_roll, "rewards": torch.tensor([1.0, 0.0, 0.0, 0.0])}
+
+
+@pytest.mark.parametrize("tis, weighted_advantage_sum", [
+    # token-mean over the 7 response tokens: sum over tokens of w * A = 1.5*2 - 0.5*1 - 0.5*2 - 0.5*2 = 0.5;
+    # with TIS the first response's two tokens weigh 2: 1.5*2*2 - 0.5 - 1 - 1 = 3.5.  (A sequence-mean
+    # aggregation would give 0 without TIS: the mean advantage of a group is 0.)
+    (False, 0.5),
+    (True, 3.5),
+])
+def test_grpo_loss_of_a_hand_made_group(tis, weighted_advantage_sum):
+    from workers.science.training.config import GRPOConfig
+    from workers.science.training.grpo import GRPOTrainer
+
+    trainer = _trainer(GRPOTrainer, GRPOConfig(model="student", group_size=4, batch_size=4, tis=tis))
+    loss, stats = trainer.compute_loss(_grpo_batch())
+    assert float(loss.detach()) == pytest.approx(-weighted_advantage_sum * math.log(0.5) / 7, rel=1e-5)
+    assert stats["train/groups_with_signal"] == 1.0

