@@ -16,6 +16,7 @@ from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.compare import compared_jobs, metric_rows, parameter_rows, parse_job_ids, shared_trace_keys
 from opdweb.jobs.listing import JobListView
 from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.result_charts import result_charts
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.teams.access import teams_of
@@ -117,7 +118,7 @@ def job_detail(request, job_id: int):
         {"job": job, "can_cancel": can_cancel, "show_traceback": may_see_traceback(request.user, job.viewer_role),
          "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
-         "mismatch": mismatch_summary(job.result)},
+         "mismatch": mismatch_summary(job.result), "result_charts": result_charts(job)},
     )
 
 
