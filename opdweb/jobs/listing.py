@@ -20,6 +20,9 @@ SORT_FIELDS = {"id": "id", "kind": "kind", "state": "state", "created": "created
                "user": "created_by__username", "name": "name"}
 DEFAULT_SORT = "-created"
 FILTERS = ("kind", "state", "model", "user", "q")
+# What a row shows: reading only these keeps a sort over thousands of jobs in memory
+# (whole rows, with configs and results, made PostgreSQL sort on disk).
+ROW_FIELDS = ("id", "kind", "name", "state", "progress", "created_at", "team__slug", "created_by__username")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class JobListView:
             jobs = jobs.filter(name__icontains=f["q"])
         field = SORT_FIELDS[self.sort.removeprefix("-")]
         descending = self.sort.startswith("-")
+        jobs = jobs.select_related("team", "created_by").only(*ROW_FIELDS)
         return jobs.order_by(f"-{field}" if descending else field, "-id" if descending else "id")
 
     def page_of(self, jobs: QuerySet[Job]) -> Page:

@@ -29,7 +29,7 @@ from workers.science.entrypoints import KINDS
 def job_list(request):
     view = JobListView.from_query(request.GET)
     teams = teams_of(request.user)
-    page = view.page_of(Job.objects.filter(team__in=teams).select_related("team", "created_by"))
+    page = view.page_of(Job.objects.filter(team__in=teams))
     columns = [(label, column, view.sort_link(column), sort_arrow(view.sort, column))
                for label, column in (("#", "id"), ("Kind", "kind"), ("Name", "name"), ("State", "state"),
                                      ("Created", "created"), ("By", "user"))]
