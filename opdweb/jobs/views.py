@@ -20,6 +20,7 @@ from opdweb.jobs.result_charts import result_charts
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.teams.access import teams_of
+from opdweb.traces.models import TraceSeries
 from opdweb.teams.models import Role
 from workers.science.entrypoints import KINDS
 
@@ -118,7 +119,9 @@ def job_detail(request, job_id: int):
         {"job": job, "can_cancel": can_cancel, "show_traceback": may_see_traceback(request.user, job.viewer_role),
          "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
-         "mismatch": mismatch_summary(job.result), "result_charts": result_charts(job)},
+         "mismatch": mismatch_summary(job.result), "result_charts": result_charts(job),
+         # In the page, so the charts' reads start before plotly has loaded.
+         "series": list(TraceSeries.objects.filter(job=job).order_by("key").values("key", "last_step"))},
     )
 
 

@@ -59,15 +59,15 @@ window.JobCharts = (function () {
              uirevision: "keep", legend: { orientation: "h", y: -0.25 } };
   }
 
-  function chartOf(name) {
+  function plot(name, keys) {
     const group = groups[name];
-    if (group.div) return group.div;
+    const config = { responsive: true, displaylogo: false };
+    if (group.div) return Plotly.react(group.div, traces(keys), layout(name, keys), config);
     group.div = document.createElement("div");
     group.div.className = "chart";
     container.appendChild(group.div);
-    Plotly.newPlot(group.div, [], layout(name, group.keys), { responsive: true, displaylogo: false });
+    Plotly.newPlot(group.div, traces(keys), layout(name, keys), config);
     group.div.on("plotly_relayout", event => zoomed(name, event));
-    return group.div;
   }
 
   // Zoom: read each series of the chart again for the visible steps; reset: the whole series.
@@ -91,18 +91,19 @@ window.JobCharts = (function () {
     if (!drawScheduled) { drawScheduled = true; requestAnimationFrame(draw); }
   }
 
+  // One chart per frame, so the first one shows without waiting for the others.
   function draw() {
     drawScheduled = false;
-    for (const name of dirty) {
-      const keys = groups[name].keys;
-      const charted = keys.some(key => series[key].x.length > 1);
-      keys.forEach(key => showNumber(key, charted ? null : series[key]));
-      if (!charted) continue;
-      const div = chartOf(name);
-      div.dataset.keys = keys.join(",");
-      Plotly.react(div, traces(keys), layout(name, keys), { responsive: true, displaylogo: false });
+    const name = dirty.values().next().value;
+    dirty.delete(name);
+    const keys = groups[name].keys;
+    const charted = keys.some(key => series[key].x.length > 1);
+    keys.forEach(key => showNumber(key, charted ? null : series[key]));
+    if (charted) {
+      plot(name, keys);
+      groups[name].div.dataset.keys = keys.join(",");
     }
-    dirty.clear();
+    if (dirty.size) { drawScheduled = true; requestAnimationFrame(draw); }
   }
 
   function showNumber(key, s) {

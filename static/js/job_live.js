@@ -49,10 +49,15 @@
     return response.ok ? (await response.json()).buckets : [];
   }
 
+  // Plotly is deferred: fetch meanwhile, draw once the deferred scripts have run.
+  const plotlyReady = new Promise(resolve => document.readyState === "complete" ? resolve()
+    : document.addEventListener("DOMContentLoaded", resolve));
+
   async function loadHistory() {
-    const series = await (await fetch(`/api/jobs/${jobId}/series`)).json();
+    const series = JSON.parse(document.getElementById("job-series").textContent);
     await Promise.all(series.map(async s => {
       const buckets = await readWindow(s.key);
+      await plotlyReady;
       JobCharts.setHistory(s.key, buckets);
       // The series may have grown between the two reads: resume after what was drawn.
       lastStep[s.key] = Math.max(s.last_step, ...buckets.map(b => b[4]).slice(-1));
@@ -111,5 +116,5 @@
   }
 
   JobCharts.init(document.getElementById("charts"), document.getElementById("single-values"), readWindow);
-  loadHistory().then(connect, () => connect());
+  loadHistory().catch(() => {}).then(() => plotlyReady).then(connect);
 })();
