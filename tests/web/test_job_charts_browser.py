@@ -108,3 +108,23 @@ def test_compare_from_the_list(member, asgi_server, page):  # noqa: F811
     page.click("#only-differences")
     expect(page).to_have_url(re.compile(rf"ids={b.pk},{a.pk}&diff=1$"))
     expect(page.locator("#compare-parameters tr")).to_have_count(1)
+
+
+def test_the_list_follows_running_jobs_and_the_page_says_live(member, asgi_server, page):  # noqa: F811
+    user, team = member
+    running = Job.objects.create(team=team, created_by=user, kind="selftest", name="long", state=JobState.RUNNING,
+                                 progress=0.2, config={"steps": 3})
+    base = f"http://{asgi_server}"
+    log_in(page, base, user)
+    row = page.locator(f"tr[data-job-id='{running.pk}']")
+    assert row.locator("progress").evaluate("p => p.value") == 0.2
+    Job.objects.filter(pk=running.pk).update(progress=0.7)
+    page.wait_for_function(f"document.querySelector(\"tr[data-job-id='{running.pk}'] progress\").value === 0.7",
+                           timeout=10_000)
+    Job.objects.filter(pk=running.pk).update(state=JobState.SUCCEEDED, progress=1.0)
+    expect(row.locator(".state")).to_have_text("succeeded", timeout=10_000)
+    expect(row.locator("a.clone")).to_have_attribute("href", f"/jobs/new/?clone={running.pk}")
+
+    other = Job.objects.create(team=team, created_by=user, kind="selftest", state=JobState.RUNNING, config={})
+    page.goto(f"{base}/jobs/{other.pk}/")
+    expect(page.locator("#live-status")).to_have_text("live")
