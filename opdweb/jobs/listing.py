@@ -42,7 +42,7 @@ class JobListView:
             raise Refused(f"unknown kind {filters['kind']!r}; kinds are {', '.join(KINDS)}")
         if filters.get("state") and filters["state"] not in JobState.values:
             raise Refused(f"unknown state {filters['state']!r}; states are {', '.join(JobState.values)}")
-        sort = query.get("sort", DEFAULT_SORT)
+        sort = query.get("sort") or DEFAULT_SORT
         if sort.removeprefix("-") not in SORT_FIELDS:
             raise Refused(f"cannot sort by {sort!r}; columns are {', '.join(SORT_FIELDS)} ('-' first for descending)")
         return cls(filters, sort, query.get("page", "1"))

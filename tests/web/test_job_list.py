@@ -45,7 +45,9 @@ def names(response) -> list[str]:
 def test_it_lists_own_team_newest_first(planted, client):
     alice, _ = planted
     client.force_login(alice)
-    assert names(client.get("/jobs/")) == ["Budget sweep", "smoke", "fp8 weights", "layers", "fp8 kv"]
+    newest_first = ["Budget sweep", "smoke", "fp8 weights", "layers", "fp8 kv"]
+    assert names(client.get("/jobs/")) == newest_first
+    assert names(client.get("/jobs/?sort=&kind=&q=")) == newest_first  # empty fields from the form: no filter
 
 
 @pytest.mark.parametrize("query, expected", [
