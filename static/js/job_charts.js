@@ -134,6 +134,7 @@ window.JobCharts = (function () {
     // Where charts and single numbers go, and how to read a window of a series' buckets.
     init(chartContainer, numberList, readSeriesWindow) {
       container = chartContainer; numbers = numberList; readWindow = readSeriesWindow;
+      if (!document.getElementById("chart-controls")) return;  // a finished job without traces
       document.getElementById("smoothing").addEventListener("change", e => {
         options.smoothing = e.target.value;
         Object.keys(groups).forEach(markDirty);

@@ -11,7 +11,8 @@
     const response = await fetch(`/api/jobs/${jobId}/series/downsampled?${params}`);
     if (!response.ok) return null;  // this job lacks the key
     const buckets = (await response.json()).buckets;
-    return { x: buckets.map(b => b[4]), y: buckets.map(b => b[5]), name: `#${jobId}`, mode: "lines" };
+    const x = buckets.map(b => b[4]);
+    return { x: x, y: buckets.map(b => b[5]), name: `#${jobId}`, mode: x.length > 1 ? "lines" : "markers" };
   }
 
   async function draw(div) {

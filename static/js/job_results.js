@@ -22,7 +22,7 @@
           yaxis: { title: { text: "multiple (×)" } } });
     if (charts.heatmap) {
       const h = charts.heatmap;
-      plot("sensitivity-heatmap", [{ type: "heatmap", x: h.layers, y: h.modules, z: h.z, colorscale: "YlOrRd",
+      plot("sensitivity-heatmap", [{ type: "heatmap", x: h.layers, y: h.modules, z: h.z, colorscale: "YlOrRd", reversescale: true,
                                      colorbar: { title: { text: "×" } } }],
            { title: { text: "Multiple per layer × module" }, xaxis: { title: { text: "layer" }, dtick: 1 },
              height: 120 + 28 * h.modules.length, margin: { ...margin, l: 160 } });
