@@ -15,7 +15,7 @@ import argparse
 import http.client
 import random
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from harness import bench_database, daphne, load, percentile, team_and_user
 
@@ -52,7 +52,8 @@ def plant_jobs(team, n: int) -> None:
     result = {"multiple": 2.5, "multiple_ci": [2.1, 2.9], "metrics": {f"m{i}": 0.001 * i for i in range(40)}}
     jobs = [Job(team=team, created_by=rng.choice(users), kind=rng.choice(KINDS), state=rng.choice(STATES),
                 name=" ".join(rng.sample(WORDS, 3)), progress=rng.random(),
-                config={"model": rng.choice(MODELS), "rollout": {"weights": "fp8_e4m3", "kv_cache": "fp8"}, "prompts": 64},
+                config={"model": rng.choice(MODELS), "rollout": {"weights": "fp8_e4m3", "kv_cache": "fp8"},
+                        "prompts": 64},
                 result=result)
             for _ in range(n)]
     Job.objects.bulk_create(jobs, batch_size=2000)

@@ -20,8 +20,8 @@ from opdweb.jobs.result_charts import result_charts
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.teams.access import teams_of
-from opdweb.traces.models import TraceSeries
 from opdweb.teams.models import Role
+from opdweb.traces.models import TraceSeries
 from workers.science.entrypoints import KINDS
 
 

@@ -18,9 +18,7 @@
     row.querySelector("progress").value = job.progress;
   }
 
-  async function poll() {
-    const rows = runningRows();
-    if (!rows.length) return;
+  async function update(rows) {
     const response = await fetch("/api/jobs?state=running&limit=1000");
     if (!response.ok) return;
     const running = new Map((await response.json()).map(job => [String(job.id), job]));
@@ -31,6 +29,13 @@
       const one = await fetch(`/api/jobs/${row.dataset.jobId}`);
       if (one.ok) show(row, await one.json());
     }
+  }
+
+  // Until no row on the page is queued or running; a failed poll is tried again.
+  async function poll() {
+    const rows = runningRows();
+    if (!rows.length) return;
+    try { await update(rows); } catch (error) { /* the next poll tries again */ }
     setTimeout(poll, POLL_MS);
   }
 

@@ -15,7 +15,8 @@ def finished_job_with_traces(team, user, name="fp8", steps=500, scale=1.0):
                              config={"model": "/m/s", "rollout": {"weights": name}}, result={"multiple": scale})
     sink = TraceSink(job.pk)
     for key, factor in (("mismatch/reference_k3", 1.0), ("mismatch/rollout_k3", 3.0)):
-        sink.add_many(key, range(steps), [scale * factor * (1 + s % 7) for s in range(steps)], [1.7e9 + s for s in range(steps)])
+        values = [scale * factor * (1 + s % 7) for s in range(steps)]
+        sink.add_many(key, range(steps), values, [1.7e9 + s for s in range(steps)])
     sink.add_many("admission/multiple", [64], [3.25], [1.7e9])
     sink.close()
     return job
@@ -71,7 +72,8 @@ def test_sensitivity_and_drift_results_are_drawn(member, asgi_server, page):  # 
     user, team = member
     scan = Job.objects.create(team=team, created_by=user, kind="sensitivity", state=JobState.SUCCEEDED,
                               config={"unit": "module"}, result=SENSITIVITY)
-    drift = Job.objects.create(team=team, created_by=user, kind="drift", state=JobState.SUCCEEDED, config={}, result=DRIFT)
+    drift = Job.objects.create(team=team, created_by=user, kind="drift", state=JobState.SUCCEEDED, config={},
+                               result=DRIFT)
     base = f"http://{asgi_server}"
     log_in(page, base, user)
     page.goto(f"{base}/jobs/{scan.pk}/")
@@ -101,7 +103,7 @@ def test_compare_from_the_list(member, asgi_server, page):  # noqa: F811
     # Each shared key overlaid: one line per job.
     expect(page.locator(".compare-chart")).to_have_count(3)
     chart = ".compare-chart[data-key='mismatch/rollout_k3']"
-    page.wait_for_function(f"document.querySelector(\"{chart}\").data && document.querySelector(\"{chart}\").data.length === 2")
+    page.wait_for_function(f"(d => d.data && d.data.length === 2)(document.querySelector(\"{chart}\"))")
     assert page.eval_on_selector(chart, "d => d.data.map(t => t.name)") == [f"#{b.pk}", f"#{a.pk}"]
     assert page.eval_on_selector(chart, "d => d.data[0].y[0] / d.data[1].y[0]") == 2.0
     # The shareable URL with only the differences.
