@@ -53,6 +53,11 @@ def test_chart_controls_overlay_smooth_log_and_zoom(member, asgi_server, page): 
     state = chart_state(page)
     assert "mismatch/rollout_k3 (ema:0.9)" in state["names"]
     assert page.eval_on_selector("#charts .chart", "d => d.data[2].opacity") == 0.3  # raw shown faint
+    # Reference k3 at steps 0, 1, ... is 1, 2, ..., 7, 1, 2, 3: EMA 0.9 gives 1, 0.9 * 1 + 0.1 * 2 = 1.1, ...
+    assert page.eval_on_selector("#charts .chart", "d => d.data[3].y.slice(0, 2)") == [1, 1.1]
+    page.select_option("#smoothing", "mean:10")  # ... and the mean of the first ten is 34 / 10
+    page.wait_for_function("document.querySelector('#charts .chart').data[3].name.endsWith('(mean:10)')")
+    assert page.eval_on_selector("#charts .chart", "d => d.data[3].y[9]") == 3.4
     page.select_option("#smoothing", "none")
     page.wait_for_function("document.querySelector('#charts .chart').data.length === 6")
 
