@@ -6,6 +6,7 @@ app_name = "jobs"
 urlpatterns = [
     path("", views.job_list, name="list"),
     path("new/", views.job_new, name="new"),
+    path("compare/", views.job_compare, name="compare"),
     path("<int:job_id>/", views.job_detail, name="detail"),
     path("<int:job_id>/cancel/", views.job_cancel, name="cancel"),
 ]

@@ -1,10 +1,11 @@
-"""Job pages: the list, a submit form, and the live detail page."""
+"""Job pages: the list, a submit form, the live detail page, and several jobs compared."""
 from __future__ import annotations
 
 import json
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -12,20 +13,37 @@ from django.views.decorators.http import require_POST
 from opdweb.api import load_json
 from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
+from opdweb.jobs.compare import compared_jobs, metric_rows, parameter_rows, parse_job_ids, shared_trace_keys
+from opdweb.jobs.listing import JobListView
 from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.result_charts import result_charts
+from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
+from opdweb.traces.models import TraceSeries
 from workers.science.entrypoints import KINDS
 
 
 @login_required
+@answers_refusals
 def job_list(request):
-    jobs = Job.objects.filter(team__in=teams_of(request.user)).select_related("team", "created_by")
-    state = request.GET.get("state")
-    if state in JobState.values:
-        jobs = jobs.filter(state=state)
-    return render(request, "jobs/list.html", {"jobs": jobs[:200], "states": JobState.values, "state": state})
+    view = JobListView.from_query(request.GET)
+    teams = teams_of(request.user)
+    page = view.page_of(Job.objects.filter(team__in=teams))
+    columns = [(label, column, view.sort_link(column), sort_arrow(view.sort, column))
+               for label, column in (("#", "id"), ("Kind", "kind"), ("Name", "name"), ("State", "state"),
+                                     ("Created", "created"), ("By", "user"))]
+    users = get_user_model().objects.filter(memberships__team__in=teams).distinct().order_by("username")
+    context = {"jobs": page.object_list, "page": page, "view": view, "columns": columns,
+               "kinds": KINDS, "states": JobState.values, "usernames": users.values_list("username", flat=True),
+               "previous_url": view.url(page=str(page.previous_page_number())) if page.has_previous() else "",
+               "next_url": view.url(page=str(page.next_page_number())) if page.has_next() else ""}
+    return render(request, "jobs/list.html", context)
+
+
+def sort_arrow(sort: str, column: str) -> str:
+    return {column: "▲", f"-{column}": "▼"}.get(sort, "")
 
 
 def example_configs() -> dict[str, dict]:
@@ -101,8 +119,20 @@ def job_detail(request, job_id: int):
         {"job": job, "can_cancel": can_cancel, "show_traceback": may_see_traceback(request.user, job.viewer_role),
          "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
-         "mismatch": mismatch_summary(job.result)},
+         "mismatch": mismatch_summary(job.result), "result_charts": result_charts(job),
+         # In the page, so the charts' reads start before plotly has loaded.
+         "series": list(TraceSeries.objects.filter(job=job).order_by("key").values("key", "last_step"))},
     )
+
+
+@login_required
+@answers_refusals
+def job_compare(request):
+    jobs = compared_jobs(request.user, parse_job_ids(request.GET.getlist("ids")))
+    ids = ",".join(str(job.pk) for job in jobs)
+    return render(request, "jobs/compare.html", {
+        "jobs": jobs, "ids": ids, "parameters": parameter_rows(jobs), "metrics": metric_rows(jobs),
+        "trace_keys": shared_trace_keys(jobs), "only_differences": request.GET.get("diff") == "1"})
 
 
 @login_required

@@ -1,15 +1,13 @@
-// Live job page: draws each trace key from the downsampled API, then follows the job's
-// websocket. On (re)connect it sends the last step it holds per key and receives the
-// rest from the database first, so a dropped connection loses nothing.
+// Live job page: draws each trace key from the downsampled API (charts: job_charts.js),
+// then follows the job's websocket. On (re)connect it sends the last step it holds per
+// key and receives the rest from the database first, so a dropped connection loses nothing.
 (function () {
   "use strict";
   const root = document.getElementById("job");
   if (!root) return;
   const jobId = root.dataset.jobId;
-  const charts = document.getElementById("charts");
   const lastStep = {};      // key -> last step drawn
-  const divs = {};          // key -> chart div
-  const pending = {};       // key -> {x: [], y: []} not yet drawn
+  const pending = {};       // key -> {steps: [], values: []} not yet drawn
   let drawScheduled = false;
   let socket = null;
   let retry = 500;
@@ -23,6 +21,7 @@
     const err = document.getElementById("job-error");
     if (job.error) { err.hidden = false; err.textContent = job.error; }
     const terminal = ["succeeded", "failed", "cancelled"].includes(job.state);
+    showLive(!terminal && socket !== null && socket.readyState === WebSocket.OPEN);
     if (terminal) {
       const cancel = document.getElementById("cancel");
       if (cancel) cancel.disabled = true;
@@ -32,35 +31,37 @@
     root.dataset.state = job.state;
   }
 
-  function chartFor(key) {
-    if (divs[key]) return divs[key];
-    const div = document.createElement("div");
-    div.className = "chart";
-    div.dataset.key = key;
-    charts.appendChild(div);
-    Plotly.newPlot(div, [
-      { x: [], y: [], name: "max", mode: "lines", line: { width: 0 }, hoverinfo: "skip", showlegend: false },
-      { x: [], y: [], name: "min–max", mode: "lines", fill: "tonexty", line: { width: 0 }, fillcolor: "rgba(31,119,180,0.2)", hoverinfo: "skip" },
-      { x: [], y: [], name: key, mode: "lines+markers", marker: { size: 4 }, line: { color: "#1f77b4" } },
-    ], { title: { text: key }, margin: { t: 40, r: 10, b: 40, l: 60 }, height: 280, xaxis: { title: { text: "step" } } },
-    { responsive: true, displaylogo: false });
-    divs[key] = div;
-    return div;
+  function isTerminal() {
+    return ["succeeded", "failed", "cancelled"].includes(root.dataset.state);
   }
 
+  // "live" only while the job runs and its points are followed.
+  function showLive(on) {
+    const badge = document.getElementById("live-status");
+    badge.textContent = on ? "live" : "";
+    badge.classList.toggle("on", on);
+  }
+
+  async function readWindow(key, start, end) {
+    const params = new URLSearchParams({ key: key, buckets: "1000" });
+    if (start !== undefined) { params.set("start", start); params.set("end", end); }
+    const response = await fetch(`/api/jobs/${jobId}/series/downsampled?${params}`);
+    return response.ok ? (await response.json()).buckets : [];
+  }
+
+  // Plotly is deferred: fetch meanwhile, draw once the deferred scripts have run.
+  const plotlyReady = new Promise(resolve => document.readyState === "complete" ? resolve()
+    : document.addEventListener("DOMContentLoaded", resolve));
+
   async function loadHistory() {
-    const series = await (await fetch(`/api/jobs/${jobId}/series`)).json();
-    for (const s of series) {
-      const params = new URLSearchParams({ key: s.key, buckets: "1000" });
-      const data = await (await fetch(`/api/jobs/${jobId}/series/downsampled?${params}`)).json();
-      const b = data.buckets;
-      const div = chartFor(s.key);
-      Plotly.update(div, {
-        x: [b.map(r => r[4]), b.map(r => r[4]), b.map(r => r[4])],
-        y: [b.map(r => r[3]), b.map(r => r[2]), b.map(r => r[5])],
-      });
-      lastStep[s.key] = s.last_step;
-    }
+    const series = JSON.parse(document.getElementById("job-series").textContent);
+    await Promise.all(series.map(async s => {
+      const buckets = await readWindow(s.key);
+      await plotlyReady;
+      JobCharts.setHistory(s.key, buckets);
+      // The series may have grown between the two reads: resume after what was drawn.
+      lastStep[s.key] = Math.max(s.last_step, ...buckets.map(b => b[4]).slice(-1));
+    }));
     root.dataset.points = JSON.stringify(lastStep);
   }
 
@@ -68,9 +69,9 @@
     for (const [key, step, , value] of points) {
       if (lastStep[key] !== undefined && step <= lastStep[key]) continue;
       lastStep[key] = step;
-      (pending[key] = pending[key] || { x: [], y: [] });
-      pending[key].x.push(step);
-      pending[key].y.push(value);
+      (pending[key] = pending[key] || { steps: [], values: [] });
+      pending[key].steps.push(step);
+      pending[key].values.push(value);
     }
     if (!drawScheduled) { drawScheduled = true; requestAnimationFrame(draw); }
   }
@@ -80,8 +81,7 @@
     for (const key of Object.keys(pending)) {
       const p = pending[key];
       delete pending[key];
-      const div = chartFor(key);
-      Plotly.extendTraces(div, { x: [p.x, p.x, p.x], y: [p.y, p.y, p.y] }, [0, 1, 2], 20000);
+      JobCharts.append(key, p.steps, p.values);
     }
     root.dataset.points = JSON.stringify(lastStep);
   }
@@ -92,7 +92,7 @@
     const status = document.getElementById("live-status");
     socket.onopen = () => {
       retry = 500;
-      status.textContent = "live";
+      showLive(!isTerminal());
       socket.send(JSON.stringify({ type: "resume", after: lastStep }));
     };
     socket.onmessage = (event) => {
@@ -109,11 +109,12 @@
       // Refused (not logged in, no access, access ended): do not hammer the server.  A client
       // closed for falling behind (4408) reconnects and resumes from the database.
       if (event.code >= 4400 && event.code !== 4408) return;
-      status.textContent = "reconnecting…";
+      status.textContent = isTerminal() ? "" : "reconnecting…";
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, 10000);
     };
   }
 
-  loadHistory().then(connect, () => connect());
+  JobCharts.init(document.getElementById("charts"), document.getElementById("single-values"), readWindow);
+  loadHistory().catch(() => {}).then(() => plotlyReady).then(connect);
 })();

@@ -20,6 +20,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from urllib.parse import quote
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -108,7 +109,7 @@ def submit_expected(actor: Actor, slug: str, allowed: int) -> int:
 
 
 def login_redirect(path: str):
-    return 302, f"/login/?next={path}"
+    return 302, f"/login/?next={quote(path, safe='/')}"
 
 
 def read_stream(response) -> bytes:
@@ -133,10 +134,18 @@ def test_http_authorization_matrix(capsys):
     def teams_of_jobs(ids) -> set[str]:
         return set(Job.objects.filter(pk__in=list(ids)).values_list("team__slug", flat=True))
 
+    # A second job per team, so each team has a pair to compare (queued: /status/ counts running ones).
+    second = {slug: Job.objects.create(team=team, kind="selftest", config={"steps": 3}) for slug, team in teams.items()}
+
     for actor in actors:
         client = client_for(actor)
         mine = set(actor.roles)
         anonymous = actor.user is None
+
+        # Comparing a job of each team: no one is in both, so everyone gets 404.
+        path = f"/jobs/compare/?ids={jobs['red'].pk},{jobs['blue'].pk}"
+        matrix.check(actor, "GET /jobs/compare/ (both teams)", login_redirect(path) if anonymous else 404,
+                     page(client.get(path)))
 
         # Endpoints without an object.
         r = client.get("/api/kinds")
@@ -202,6 +211,11 @@ def test_http_authorization_matrix(capsys):
                 want = 404 if actor.role_in(slug) is None else 200
             matrix.check(actor, f"GET /jobs/{{id}}/ ({slug})", want, page(r))
 
+            # Comparing two jobs of this team.
+            path = f"/jobs/compare/?ids={job.pk},{second[slug].pk}"
+            matrix.check(actor, f"GET /jobs/compare/ ({slug})", page_expected(actor, slug, Role.VIEWER, 200, path),
+                         page(client.get(path)))
+
             # Cancelling, each attempt on a fresh queued job of this team.
             target = Job.objects.create(team=teams[slug], kind="selftest", config={"steps": 3})
             r = client.post(f"/api/jobs/{target.pk}/cancel")
@@ -225,7 +239,7 @@ def test_http_authorization_matrix(capsys):
     with capsys.disabled():
         matrix.report("HTTP: API and pages")
     assert matrix.wrong == []
-    assert matrix.cells == len(actors) * 25
+    assert matrix.cells == len(actors) * 28
 
 
 @pytest.mark.django_db(transaction=True)

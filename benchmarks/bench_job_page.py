@@ -1,0 +1,98 @@
+"""Time to first chart on a job page with 10 keys x 100,000 points, in Chromium driven by
+Playwright, against daphne serving the app as the launcher does (collectstatic, WhiteNoise).
+
+    python -m opdweb.launcher exec -- .venv/bin/python benchmarks/bench_job_page.py
+
+Cold: a fresh browser context (empty cache) per load.  Warm: the same context loading the
+page again (static files from its cache, the API asked again).  Per load: ms from the
+start of navigation until the first chart has drawn its lines, until all charts have, and
+the bytes received (bodies as sent, compressed where they were, plus headers).
+Goals: first chart <= 500 ms warm, <= 1.5 s cold.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from harness import bench_database, daphne, load, make_job, percentile, team_and_user
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-sync"]
+FIRST_CHART = "document.querySelector('#charts .chart .scatterlayer .trace path.js-line')"
+
+
+def ingest(team, keys: int, steps: int):
+    from opdweb.traces.sink import TraceSink
+
+    job = make_job(team, f"{keys} keys x {steps:,}", state="succeeded")
+    rng = np.random.default_rng(0)
+    sink = TraceSink(job.pk)
+    for k in range(keys):
+        values = np.cumsum(rng.normal(0, 0.01, steps)) + 1.0
+        sink.add_many(f"train/metric_{k}", range(steps), values.tolist(), (1.7e9 + np.arange(steps)).tolist())
+    sink.close()
+    return job
+
+
+def measure(page, url: str, keys: int) -> tuple[float, float, int]:
+    """One load: (ms to the first chart's lines, ms to every chart's, bytes received)."""
+    received = []
+    page.on("requestfinished", lambda request: received.append(request.sizes()))
+    page.goto(url, wait_until="commit")
+    page.wait_for_function(FIRST_CHART, polling="raf", timeout=60_000)
+    first = page.evaluate("performance.now()")
+    page.wait_for_function(f"Array.from(document.querySelectorAll('#charts .chart'))"
+                           f".filter(d => d.querySelector('.scatterlayer path.js-line')).length >= {keys}",
+                           polling="raf", timeout=60_000)
+    every = page.evaluate("performance.now()")
+    page.wait_for_load_state("networkidle")
+    size = sum(s["responseBodySize"] + s["responseHeadersSize"] for s in received)
+    return first, every, size
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--keys", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--database", default="opdweb_bench")
+    args = parser.parse_args()
+    from django.core.management import call_command
+    from playwright.sync_api import sync_playwright
+
+    call_command("collectstatic", "--noinput", verbosity=0)
+    with bench_database(args.database):
+        team, user, cookie = team_and_user()
+        t = time.perf_counter()
+        job = ingest(team, args.keys, args.steps)
+        print(f"ingested {args.keys} keys x {args.steps:,} points in {time.perf_counter() - t:.1f} s", flush=True)
+        name, value = cookie.split("=", 1)
+        with daphne() as host, sync_playwright() as p:
+            url = f"http://{host}/jobs/{job.pk}/"
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            results = {"cold": [], "warm": []}
+            for _ in range(args.reps):
+                context = browser.new_context(viewport={"width": 1280, "height": 900})
+                context.add_cookies([{"name": name, "value": value, "domain": "127.0.0.1", "path": "/"}])
+                page = context.new_page()
+                results["cold"].append(measure(page, url, args.keys))
+                page.close()
+                page = context.new_page()
+                results["warm"].append(measure(page, url, args.keys))
+                context.close()
+            browser.close()
+        print(f"\nJob page, {args.keys} keys x {args.steps:,} points, Chromium headless, {args.reps} loads each:")
+        print(f"  {'':5s} {'first chart p50':>16s} {'p95':>8s} {'all charts p50':>15s} {'p95':>8s}  bytes received")
+        for kind, rows in results.items():
+            first, every, size = zip(*rows)
+            print(f"  {kind:5s} {percentile(first, 50):13.0f} ms {percentile(first, 95):5.0f} ms "
+                  f"{percentile(every, 50):12.0f} ms "
+                  f"{percentile(every, 95):5.0f} ms  {min(size):,}-{max(size):,}")
+        print(f"  (load average at the end: {load()})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""Several jobs side by side: which config parameters differ, their headline metrics,
+and the trace keys they share (drawn overlaid by the compare page)."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from opdweb.jobs.access import visible_job
+from opdweb.jobs.models import Job
+from opdweb.refusals import Refused
+from opdweb.traces.models import TraceSeries
+
+MAX_COMPARED = 10
+
+# Result fields worth a row, in the order people read them; only those some job has appear.
+RESULT_METRICS = ("verdict", "multiple", "multiple_ci", "margin", "metric", "value", "reference_value", "tokens",
+                  "prompts", "accuracy", "reference_accuracy", "kv_capacity_gain", "diverged_fraction", "steps")
+
+MISSING = "—"
+
+
+def parse_job_ids(values: list[str]) -> list[int]:
+    """Job ids from ``?ids=1,2,3`` (or repeated ``ids``), in the order given, without
+    repeats: at least 2 and at most :data:`MAX_COMPARED`, or a 400 saying what is wrong."""
+    ids: list[int] = []
+    for part in (p.strip() for value in values for p in value.split(",")):
+        if not part:
+            continue
+        if not part.isdigit() or len(part) > 18:
+            raise Refused(f"job ids are whole numbers; got {part[:40]!r}")
+        if int(part) not in ids:
+            ids.append(int(part))
+    if len(ids) < 2:
+        raise Refused("choose at least 2 jobs to compare (ids=1,2)")
+    if len(ids) > MAX_COMPARED:
+        raise Refused(f"compare at most {MAX_COMPARED} jobs at once; got {len(ids)}")
+    return ids
+
+
+def compared_jobs(user, ids: list[int]) -> list[Job]:
+    """The jobs, each one the user may see (another team's id is a 404, as everywhere)."""
+    return [visible_job(user, job_id) for job_id in ids]
+
+
+def flatten(value, prefix: str = "") -> dict[str, str]:
+    """Nested config as ``{"a.b": "value as JSON"}``: one row per leaf, lists kept whole."""
+    if isinstance(value, dict) and value:
+        flat: dict[str, str] = {}
+        for key, item in value.items():
+            flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix or "(config)": json.dumps(value, sort_keys=True)}
+
+
+def parameter_rows(jobs: list[Job]) -> list[dict]:
+    """Every flattened config key of any job (plus the kind), with each job's value and
+    whether the values differ (a key one job lacks differs)."""
+    flats = [{"kind": json.dumps(job.kind), **flatten(job.config)} for job in jobs]
+    keys = sorted(set().union(*flats))
+    rows = []
+    for key in keys:
+        values = [flat.get(key, MISSING) for flat in flats]
+        rows.append({"key": key, "values": values, "differs": len(set(values)) > 1})
+    return rows
+
+
+def metric_rows(jobs: list[Job]) -> list[dict]:
+    """The headline result fields any job has, each job's value or a dash."""
+    results = [job.result if isinstance(job.result, dict) else {} for job in jobs]
+    return [{"key": key, "values": [results_value(r, key) for r in results]}
+            for key in RESULT_METRICS if any(key in r for r in results)]
+
+
+def results_value(result: dict, key: str):
+    value = result.get(key, MISSING)
+    if isinstance(value, list):
+        return "[" + ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value) + "]"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return value
+
+
+def shared_trace_keys(jobs: list[Job]) -> list[str]:
+    """Trace keys that at least two of the jobs have: the curves worth overlaying."""
+    counts = Counter(TraceSeries.objects.filter(job__in=jobs).values_list("key", flat=True))
+    return sorted(key for key, n in counts.items() if n >= 2)

@@ -1,0 +1,163 @@
+// The job page's charts: series that belong together share a chart (same namespace and
+// suffix: "mismatch/rollout_k3" with "mismatch/reference_k3"), each with its min/max band;
+// smoothing (EMA or running mean, the raw line kept faint), log y, and a zoom that re-reads
+// the visible window from the downsampled API.  A series with a single point is a number,
+// not a chart.  The x axis is the step: the downsampled API carries no wall times.
+window.JobCharts = (function () {
+  "use strict";
+  const MAX_POINTS = 20000;
+  const COLORS = [[31, 119, 180], [214, 39, 40], [44, 160, 44], [148, 103, 189], [255, 127, 14], [23, 190, 207]];
+  const series = {};   // key -> {x, y, lo, hi, zoom: same shape for the zoomed window, or null}
+  const groups = {};   // chart name -> {keys, div}
+  const dirty = new Set();
+  const options = { smoothing: "none", logY: false };
+  let container, numbers, readWindow, drawScheduled = false;
+
+  function groupOf(key) {
+    const m = /^(.*\/)[^/_]+_([^/]+)$/.exec(key);
+    return m ? `${m[1]}*_${m[2]}` : key;
+  }
+
+  function fromBuckets(buckets) {
+    return { x: buckets.map(b => b[4]), lo: buckets.map(b => b[2]), hi: buckets.map(b => b[3]), y: buckets.map(b => b[5]) };
+  }
+
+  function smooth(y) {
+    const [kind, param] = options.smoothing.split(":");
+    const p = Number(param);
+    if (kind === "ema") {
+      let s = null;
+      return y.map(v => (s = s === null ? v : p * s + (1 - p) * v));
+    }
+    if (kind === "mean") {
+      let sum = 0;
+      return y.map((v, i) => { sum += v - (i >= p ? y[i - p] : 0); return sum / Math.min(i + 1, p); });
+    }
+    return null;
+  }
+
+  function traces(keys) {
+    const out = [];
+    keys.forEach((key, i) => {
+      const d = series[key].zoom || series[key];
+      const rgb = COLORS[i % COLORS.length].join(",");
+      const smoothed = smooth(d.y);
+      out.push({ x: d.x, y: d.hi, mode: "lines", line: { width: 0 }, hoverinfo: "skip", showlegend: false });
+      out.push({ x: d.x, y: d.lo, mode: "lines", line: { width: 0 }, fill: "tonexty", fillcolor: `rgba(${rgb},0.18)`,
+                 hoverinfo: "skip", showlegend: false });
+      out.push({ x: d.x, y: d.y, name: key, mode: "lines", line: { color: `rgb(${rgb})`, width: 1.5 },
+                 opacity: smoothed ? 0.3 : 1 });
+      if (smoothed) out.push({ x: d.x, y: smoothed, name: `${key} (${options.smoothing})`, mode: "lines",
+                               line: { color: `rgb(${rgb})`, width: 2 } });
+    });
+    return out;
+  }
+
+  function layout(name, keys) {
+    return { title: { text: keys.length > 1 ? name : keys[0] }, height: 280, margin: { t: 40, r: 10, b: 40, l: 60 },
+             xaxis: { title: { text: "step" } }, yaxis: { type: options.logY ? "log" : "linear" },
+             uirevision: "keep", legend: { orientation: "h", y: -0.25 } };
+  }
+
+  function plot(name, keys) {
+    const group = groups[name];
+    const config = { responsive: true, displaylogo: false };
+    if (group.div) return Plotly.react(group.div, traces(keys), layout(name, keys), config);
+    group.div = document.createElement("div");
+    group.div.className = "chart";
+    container.appendChild(group.div);
+    Plotly.newPlot(group.div, traces(keys), layout(name, keys), config);
+    group.div.on("plotly_relayout", event => zoomed(name, event));
+  }
+
+  // Zoom: read each series of the chart again for the visible steps; reset: the whole series.
+  async function zoomed(name, event) {
+    const keys = groups[name].keys;
+    if (event["xaxis.autorange"]) {
+      keys.forEach(key => { series[key].zoom = null; });
+    } else if (event["xaxis.range"] || event["xaxis.range[0]"] !== undefined) {
+      const range = event["xaxis.range"] || [event["xaxis.range[0]"], event["xaxis.range[1]"]];
+      const start = Math.max(0, Math.floor(range[0])), end = Math.ceil(range[1]);
+      if (end < start) return;
+      const windows = await Promise.all(keys.map(key => readWindow(key, start, end)));
+      keys.forEach((key, i) => { series[key].zoom = fromBuckets(windows[i]); });
+      groups[name].div.dataset.window = `${start}-${end}`;
+    } else return;
+    markDirty(name);
+  }
+
+  function markDirty(name) {
+    dirty.add(name);
+    if (!drawScheduled) { drawScheduled = true; requestAnimationFrame(draw); }
+  }
+
+  // One chart per frame, so the first one shows without waiting for the others.
+  function draw() {
+    drawScheduled = false;
+    const name = dirty.values().next().value;
+    dirty.delete(name);
+    const keys = groups[name].keys;
+    const charted = keys.some(key => series[key].x.length > 1);
+    keys.forEach(key => showNumber(key, charted ? null : series[key]));
+    if (charted) {
+      plot(name, keys);
+      groups[name].div.dataset.keys = keys.join(",");
+    }
+    if (dirty.size) { drawScheduled = true; requestAnimationFrame(draw); }
+  }
+
+  function showNumber(key, s) {
+    let row = numbers.querySelector(`[data-key="${CSS.escape(key)}"]`);
+    if (!s || !s.x.length) { if (row) row.remove(); numbers.hidden = !numbers.children.length; return; }
+    if (!row) {
+      row = document.createElement("div");
+      row.dataset.key = key;
+      numbers.appendChild(row);
+    }
+    row.innerHTML = "<dt></dt><dd></dd>";
+    row.firstChild.textContent = key;
+    row.lastChild.textContent = `${Number(s.y[0].toPrecision(4))} (step ${s.x[0]})`;
+    numbers.hidden = false;
+  }
+
+  function keyed(key) {
+    if (!series[key]) {
+      series[key] = { x: [], y: [], lo: [], hi: [], zoom: null };
+      const name = groupOf(key);
+      (groups[name] = groups[name] || { keys: [], div: null }).keys.push(key);
+      groups[name].keys.sort();
+    }
+    return groupOf(key);
+  }
+
+  return {
+    // Where charts and single numbers go, and how to read a window of a series' buckets.
+    init(chartContainer, numberList, readSeriesWindow) {
+      container = chartContainer; numbers = numberList; readWindow = readSeriesWindow;
+      if (!document.getElementById("chart-controls")) return;  // a finished job without traces
+      document.getElementById("smoothing").addEventListener("change", e => {
+        options.smoothing = e.target.value;
+        Object.keys(groups).forEach(markDirty);
+      });
+      document.getElementById("log-y").addEventListener("change", e => {
+        options.logY = e.target.checked;
+        Object.values(groups).filter(g => g.div).forEach(g =>
+          Plotly.relayout(g.div, { "yaxis.type": options.logY ? "log" : "linear", "yaxis.autorange": true }));
+      });
+    },
+    // The whole series as the downsampled API returns it.
+    setHistory(key, buckets) {
+      const name = keyed(key);
+      Object.assign(series[key], fromBuckets(buckets));
+      markDirty(name);
+    },
+    // Live points after the history: each point is its own bucket.
+    append(key, steps, values) {
+      const name = keyed(key);
+      const s = series[key];
+      for (const column of [s.x, s.y, s.lo, s.hi]) column.push(...(column === s.x ? steps : values));
+      if (s.x.length > MAX_POINTS) for (const column of [s.x, s.y, s.lo, s.hi]) column.splice(0, s.x.length - MAX_POINTS);
+      markDirty(name);
+    },
+  };
+})();
