@@ -69,7 +69,8 @@ def wall_s(job) -> float:
 
 
 def calibration_config(args, student: str, teacher: str, method: str) -> dict:
-    return {"model": student, "teacher": teacher, **METHODS[method], "levels": args.levels, "seeds": args.seeds,
+    teacher_field = {"teacher": teacher} if METHODS[method]["method"] == "opd" else {}  # GRPO has a reward, no teacher
+    return {"model": student, **teacher_field, **METHODS[method], "levels": args.levels, "seeds": args.seeds,
             "steps": args.steps, "batch_size": args.batch_size, "eval_prompts": args.eval_prompts,
             "measure_prompts": args.measure_prompts, "reference_engine": "hf", "device": "cpu", "threads": 1,
             **({"lr": args.lr[method]} if method in args.lr else {})}
@@ -130,7 +131,7 @@ def run(args, team, user, student: str, teacher: str) -> dict:
 
 def tables(r: dict) -> str:
     lines = ["| method | budget | bracket | baseline acc. | levels (multiple: acc. mean ± sd, drop) | wall |",
-             "|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|"] if r["budgets"] else []
     for method, b in r["budgets"].items():
         value = ("not reached (≥ %.3gx)" % b["budget"]) if b["status"] == "not_reached" else "%.3gx" % b["budget"]
         levels = "; ".join(f"{c['multiple']:.3g}x: {100 * c['accuracy_mean']:.1f} ± {100 * c['accuracy_sd']:.1f} "
@@ -219,7 +220,7 @@ def main() -> int:
     ap.add_argument("--out", default="docs/budget")
     ap.add_argument("--timeout", type=float, default=4 * 3600)
     args = ap.parse_args()
-    args.methods = [m for m in args.methods.split(",") if m]
+    args.methods = [m for m in args.methods.split(",") if m]  # none: only the other findings
     unknown = sorted(set(args.methods) - set(METHODS))
     if unknown:
         ap.error(f"unknown methods {unknown}; known: {sorted(METHODS)}")
@@ -262,7 +263,8 @@ def main() -> int:
     (out / "results.json").write_text(json.dumps(result, indent=1))
     text = tables(result)
     (out / "results.md").write_text(text + "\n")
-    render_png(*budget_figure(result), out / "budget_curves.png")
+    if result["budgets"]:
+        render_png(*budget_figure(result), out / "budget_curves.png")
     print(text)
     print(f"\n({result['total_s']:.0f} s with {args.gpu_workers} gpu worker(s); load average at the end: {load()})")
     shutil.rmtree(tmp, ignore_errors=True)
