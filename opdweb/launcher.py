@@ -102,10 +102,11 @@ def run(args) -> int:
         manage("migrate", "--noinput", "-v", "0", env=env)
         manage("collectstatic", "--noinput", "-v", "0", env=env)
         if args.demo:
-            manage("bootstrap_demo", env=env)
-            # The toy student the form's examples point at (seconds on first start, then cached).
+            # The toy pair the form's examples point at (seconds on first start, then cached),
+            # built before bootstrap_demo registers it.
             subprocess.run([sys.executable, "-m", "workers", "build-toy-models", "--size", "test", "--out",
                             str(var / "toy" / "test")], env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+            manage("bootstrap_demo", env=env)
         host, port = args.host, args.port
         if reachable(host, port):
             print(f"opdweb: port {port} is taken; set OPDWEB_PORT or pass --port", file=sys.stderr)

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "opdweb.health",
     "opdweb.budgets",
     "opdweb.configs",
+    "opdweb.registry",
 ]
 
 MIDDLEWARE = [

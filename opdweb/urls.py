@@ -18,6 +18,7 @@ urlpatterns = [
     path("budgets/", include("opdweb.budgets.urls")),
     path("", include("opdweb.configs.urls")),
     path("teams/", include("opdweb.teams.urls")),
+    path("models/", include("opdweb.registry.urls")),
     path("status/", health.status_page, name="status"),
     path("healthz", health.healthz, name="healthz"),
     path("api/", include(api.urls())),

@@ -19,6 +19,16 @@ def make_checkpoint(root: Path, name: str = "student") -> str:
     return str(path.resolve())
 
 
+def make_loadable_checkpoint(root: Path, name: str) -> Path:
+    """A checkpoint directory as workers load it: config.json, a tokenizer and weights."""
+    path = root / name
+    path.mkdir(parents=True)
+    (path / "config.json").write_text('{"model_type": "qwen2"}')
+    (path / "tokenizer.json").write_text('{"model": {}}')
+    (path / "model.safetensors").write_bytes(f"weights of {name}".encode())
+    return path.resolve()
+
+
 def make_budget(team, checkpoint: str, value: float | None = 50.0, curve: list | None = None):
     return MismatchBudget.objects.create(
         team=team, checkpoint=checkpoint, checkpoint_hash=checkpoint_digest(checkpoint), task="arithmetic:3",

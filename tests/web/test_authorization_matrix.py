@@ -10,8 +10,8 @@ The expected answer of each cell comes from the rule, not from the code:
   team one does not belong to → 403;
 - anonymous → 401 under ``/api/``, a redirect to the login page for pages, 4401 on the
   websocket (4404 for another team's job; accepted for the own team's, any role).
-Lists (``/api/jobs``, ``/jobs/``, ``/status/``, the submit form's teams) show exactly the
-person's own teams.  Every wrong cell is collected; the test asserts there are none and
+Lists (``/api/jobs``, ``/jobs/``, ``/status/``, ``/models/``, the submit form's teams) show
+exactly the person's own teams.  Every wrong cell is collected; the test asserts there are none and
 prints the matrix size.
 """
 from __future__ import annotations
@@ -410,3 +410,61 @@ def test_config_approval_and_team_pages_authorization_matrix(capsys, tmp_path, s
         matrix.report("configs, approvals, teams")
     assert matrix.wrong == []
     assert matrix.cells == len(actors) * (3 + len(TEAMS) * 12)
+
+
+@pytest.mark.django_db
+def test_model_registry_authorization_matrix(capsys, tmp_path, settings):
+    from opdweb.registry.models import RegisteredModel
+    from tests.web.approval_world import make_loadable_checkpoint
+
+    settings.OPDWEB_MODEL_ROOTS = [tmp_path / "models"]
+    teams, actors, _ = make_world()
+    shown = {slug: RegisteredModel.objects.create(team=team, name="shown", kind="student",
+                                                  path=str(make_loadable_checkpoint(tmp_path / "models", slug)))
+             for slug, team in teams.items()}
+    matrix = Matrix()
+
+    for actor in actors:
+        client = client_for(actor)
+        anonymous = actor.user is None
+        r = client.get("/models/")
+        if anonymous:
+            matrix.check(actor, "GET /models/", login_redirect("/models/"), page(r))
+        else:
+            matrix.check(actor, "GET /models/ (own teams only)", (200, set(actor.roles)),
+                         (r.status_code, {m.team.slug for m in r.context["models"]}))
+
+        for slug, team in teams.items():
+            path = f"/models/{shown[slug].pk}/"
+            matrix.check(actor, f"GET /models/{{id}}/ ({slug})", page_expected(actor, slug, Role.VIEWER, 200, path),
+                         page(client.get(path)))
+
+            # Registering in this team (a fresh checkpoint each time).
+            checkpoint = make_loadable_checkpoint(tmp_path / "models", f"{slug}-{RegisteredModel.objects.count()}")
+            r = client.post("/models/", {"team": slug, "name": checkpoint.name, "path": str(checkpoint),
+                                         "kind": "checkpoint"})
+            made = RegisteredModel.objects.filter(team=team, path=str(checkpoint)).first()
+            if anonymous:
+                want = login_redirect("/models/")
+            elif submit_expected(actor, slug, 302) == 302:
+                want = (302, f"/models/{made.pk}/" if made else "/models/<new>/")
+            else:
+                want = 403  # as for jobs: registering in a team one cannot register in
+            matrix.check(actor, f"POST /models/ team={slug} (answer, written)",
+                         (want, isinstance(want, tuple) and want[0] == 302 and not anonymous),
+                         (page(r), made is not None))
+
+            # Deleting an unused model of this team (a fresh one each time).
+            n = RegisteredModel.objects.count()
+            unused = RegisteredModel.objects.create(team=team, name=f"unused {n}", kind="checkpoint", path=f"/unused/{n}")
+            path = f"/models/{unused.pk}/delete/"
+            r = client.post(path)
+            want = page_expected(actor, slug, Role.ADMIN, (302, "/models/"), path)
+            matrix.check(actor, f"POST /models/{{id}}/delete/ ({slug}) (answer, deleted)",
+                         (want, want == (302, "/models/")),
+                         (page(r), not RegisteredModel.objects.filter(pk=unused.pk).exists()))
+
+    with capsys.disabled():
+        matrix.report("model registry")
+    assert matrix.wrong == []
+    assert matrix.cells == len(actors) * (1 + len(TEAMS) * 3)

@@ -1,9 +1,11 @@
 """First start: a demo team and an admin user, whose credentials are printed once and
-kept in ``var/credentials.txt`` (mode 600)."""
+kept in ``var/credentials.txt`` (mode 600), and the toy student and teacher registered in
+the demo team (on every start, once built; registered ones are left as they are)."""
 import secrets
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
@@ -11,9 +13,14 @@ from opdweb.teams.models import Membership, Role, Team
 
 
 class Command(BaseCommand):
-    help = "Create the demo team and an admin user on first start."
+    help = "Create the demo team and an admin user on first start; register the toy pair in the demo team."
 
     def handle(self, *args, **options):
+        self.create_team_and_admin()
+        if (settings.DATA_DIR / "toy" / "test").is_dir() and Team.objects.filter(slug="demo").exists():
+            call_command("register_toy_models", team="demo", stdout=self.stdout)
+
+    def create_team_and_admin(self):
         User = get_user_model()
         creds = settings.DATA_DIR / "credentials.txt"
         if User.objects.filter(is_superuser=True).exists():
