@@ -17,6 +17,7 @@ from opdweb.jobs.compare import compared_jobs, metric_rows, parameter_rows, pars
 from opdweb.jobs.listing import JobListView
 from opdweb.jobs.models import Job, JobState
 from opdweb.jobs.result_charts import result_charts
+from opdweb.jobs.sandbox import product_values
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.teams.access import teams_of
@@ -91,7 +92,7 @@ def cloned_form(user, job_id: int, prompts: str) -> dict:
     config = dict(job.config)
     if job.kind == "admission" and isinstance(config.get("budget"), dict):
         config["budget"] = config["budget"].get("id")  # the form takes the budget's id
-    for product_field in ("cache_dir", "out"):
+    for product_field in product_values(job):  # the worker fills these in; a config may not set them
         config.pop(product_field, None)
     if prompts.isdigit() and "prompts" in config:
         config["prompts"] = int(prompts)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from .reporting import Cancelled, NullReporter, Reporter
+from .reporting import Cancelled, Reporter, SubReporter
 
 
 @dataclass(frozen=True)
@@ -25,16 +25,6 @@ class ChildJob:
 
 class ChildFailed(RuntimeError):
     pass
-
-
-class _ChildReporter(NullReporter):
-    """An in-process child's reporter: it follows the parent's cancel flag."""
-
-    def __init__(self, parent: Reporter) -> None:
-        self.parent = parent
-
-    def should_stop(self) -> bool:
-        return self.parent.should_stop()
 
 
 def run_children(reporter: Reporter, children: Iterable[ChildJob]) -> Iterator[tuple[ChildJob, dict]]:
@@ -56,7 +46,7 @@ def run_children(reporter: Reporter, children: Iterable[ChildJob]) -> Iterator[t
             raise Cancelled(f"stopped before {child.label or child.key}")
         kind = get_kind(child.kind)
         try:
-            result = kind.run(kind.config.model_validate(child.config), _ChildReporter(reporter))
+            result = kind.run(kind.config.model_validate(child.config), SubReporter(reporter))
         except ConfigError as exc:
             raise ChildFailed(f"{child.label or child.key}: {exc}") from exc
         yield child, result

@@ -37,6 +37,17 @@ class NullReporter:
         return False
 
 
+class SubReporter(NullReporter):
+    """The reporter of a run inside a job (a child run in process, a sub-measurement): it
+    stops when the job is asked to stop, and keeps its traces and progress apart."""
+
+    def __init__(self, parent: "Reporter") -> None:
+        self.parent = parent
+
+    def should_stop(self) -> bool:
+        return self.parent.should_stop()
+
+
 class RecordingReporter(NullReporter):
     """Keeps every call, for tests and for callers that want the series in memory."""
 

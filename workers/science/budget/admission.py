@@ -11,25 +11,15 @@ from __future__ import annotations
 
 from ..config import ConfigError, DriftJobConfig, MismatchJobConfig
 from ..fingerprint import checkpoint_digest
-from ..reporting import NullReporter, Reporter
+from ..reporting import NullReporter, Reporter, SubReporter
 from .arithmetic import decide
 from .config import AdmissionJobConfig, BudgetSpec
 
 
-class _Quiet(NullReporter):
-    """A sub-measurement's reporter: follows the job's cancel flag, keeps its traces apart."""
-
-    def __init__(self, parent: Reporter) -> None:
-        self.parent = parent
-
-    def should_stop(self) -> bool:
-        return self.parent.should_stop()
-
-
-def budget_problems(spec: BudgetSpec, model: str, task: str, unit_engine: str) -> list[str]:
-    """Why ``spec`` cannot judge a measurement of ``model`` on ``task`` against ``unit_engine``."""
+def budget_problems(spec: BudgetSpec, digest: str | None, task: str, unit_engine: str) -> list[str]:
+    """Why ``spec`` cannot judge a measurement of the checkpoint whose content is ``digest``
+    on ``task`` against ``unit_engine``."""
     problems = []
-    digest = checkpoint_digest(model)
     if spec.checkpoint_hash and digest and spec.checkpoint_hash != digest:
         problems.append(f"budget: calibrated on checkpoint {spec.checkpoint!r} (content {spec.checkpoint_hash[:12]}), "
                         f"not on this model (content {digest[:12]}); calibrate a budget for this checkpoint")
@@ -54,7 +44,8 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
     measurement = MismatchJobConfig.model_validate(
         {**cfg.model_dump(include=set(MismatchJobConfig.model_fields)), "reference_engine": reference})
     checked = preflight(measurement)
-    problems = budget_problems(spec, cfg.model, checked.task, checked.unit_engine)
+    digest = checkpoint_digest(cfg.model)
+    problems = budget_problems(spec, digest, checked.task, checked.unit_engine)
     if problems:
         raise ConfigError("; ".join(problems))
 
@@ -72,7 +63,7 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
         "prompts_to_decide": decision.prompts_to_decide,
         "extend": ({"prompts": decision.prompts_to_decide, "seed": report["seed"]}
                    if decision.prompts_to_decide else None),
-        "checkpoint_hash": checkpoint_digest(cfg.model),
+        "checkpoint_hash": digest,
         "kv_capacity_gain": report["kv_cache"]["capacity_ratio"],
         "ci": report["multiple_ci"],
     }
@@ -81,7 +72,7 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
     if cfg.recipe and spec.budget:
         from .recipe import recipe_within_budget
 
-        result.update(recipe_within_budget(measurement, spec.budget, cfg.recipe_margin, _Quiet(reporter)))
+        result.update(recipe_within_budget(measurement, spec.budget, cfg.recipe_margin, SubReporter(reporter)))
     reporter.progress(1.0, f"{decision.verdict}: {decision.reason}")
     return result
 
@@ -93,7 +84,7 @@ def prefix_drift(cfg: AdmissionJobConfig, reporter: Reporter) -> dict:
 
     drift = run_drift(DriftJobConfig(model=cfg.model, rollout=cfg.rollout, task=cfg.task, prompts=cfg.drift_prompts,
                                      max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=cfg.device,
-                                     threads=cfg.threads, bootstrap=0), _Quiet(reporter))
+                                     threads=cfg.threads, bootstrap=0), SubReporter(reporter))
     return {"prompts": drift["prompts"], "diverged_fraction": drift["diverged_fraction"],
             "first_divergence": {k: v for k, v in drift["first_divergence"].items() if k != "histogram"},
             "share_after": drift["mismatch_after_divergence"]["share_after"]}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..config import ConfigError
-from ..reporting import NullReporter, Reporter
+from ..reporting import NullReporter, Reporter, SubReporter
 
 Measure = Callable[[float], tuple[float | None, list[float] | None, dict]]
 
@@ -102,13 +102,9 @@ def run_noise_solve(cfg, reporter: Reporter | None = None) -> dict:
     if base.rollout.noise_sigma:
         raise ConfigError("rollout.noise_sigma is what noise-solve finds; leave it 0")
 
-    class Quiet(NullReporter):
-        def should_stop(self) -> bool:
-            return reporter.should_stop()
-
     def measure(sigma: float):
         rollout = base.rollout.model_copy(update={"noise_sigma": sigma, "noise_seed": cfg.noise_seed})
-        report = run_mismatch(base.model_copy(update={"rollout": rollout}), Quiet())
+        report = run_mismatch(base.model_copy(update={"rollout": rollout}), SubReporter(reporter))
         return report["multiple"], report["multiple_ci"], report
 
     def on_trial(i: int, t: Trial) -> None:
