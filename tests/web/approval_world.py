@@ -49,5 +49,5 @@ def admission_job(team, checkpoint: str, rollout: dict, budget, verdict: str = "
     (the submitted id resolved) and in the result."""
     return JobFactory(team=team, kind="admission", state="succeeded",
                       config={"model": checkpoint, "rollout": rollout, "budget": budget.spec()},
-                      result={"verdict": verdict, "multiple": multiple, "ci": [multiple * 0.8, multiple * 1.2],
+                      result={"verdict": verdict, "multiple": multiple, "multiple_ci": [multiple * 0.8, multiple * 1.2],
                               "budget": budget.spec(), "checkpoint_hash": checkpoint_digest(checkpoint)})

@@ -57,7 +57,7 @@ def test_an_approver_approves_on_the_latest_passing_check_and_the_config_exports
     page = world.client(world.approver).get(f"/approvals/{approval.pk}/")
     assert page.status_code == 200 and page.context["evidence"] == latest and page.context["can_decide"]
     html = page.content.decode()
-    assert "3.20×" in html and f"Budget #{world.budget.pk} (opd, k3, arithmetic:3):" in html
+    assert "3.20×" in html and "95% CI [2.56, 3.84]" in html and f"Budget #{world.budget.pk} (opd, k3, arithmetic:3):" in html
     assert "50.00× BF16" in html
 
     response = world.decide(approval)

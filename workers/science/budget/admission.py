@@ -65,7 +65,6 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
                    if decision.prompts_to_decide else None),
         "checkpoint_hash": digest,
         "kv_capacity_gain": report["kv_cache"]["capacity_ratio"],
-        "ci": report["multiple_ci"],
     }
     if cfg.drift and not report["identical_to_unit"]:
         result["drift"] = prefix_drift(cfg, reporter)
