@@ -182,6 +182,8 @@ CELERY_BEAT_SCHEDULE = {
 # older than JOB_STALE_SECONDS is reaped.
 JOB_HEARTBEAT_SECONDS = env.float("JOB_HEARTBEAT_SECONDS", default=5.0)
 JOB_STALE_SECONDS = env.float("JOB_STALE_SECONDS", default=60.0)
+# A job's log lines are written and sent to its live page this often.
+JOB_LOG_FLUSH_SECONDS = env.float("JOB_LOG_FLUSH_SECONDS", default=1.0)
 # A job queued this long whose message is not in the broker (a Redis crash) is sent again.
 JOB_RESEND_SECONDS = env.float("JOB_RESEND_SECONDS", default=60.0)
 # Each kind has a time limit (workers/science/entrypoints.py); an operator may cap them all.

@@ -7,6 +7,10 @@ Protocol (JSON):
   first the rest from the database, then ``{"type": "replayed"}``, then live increments;
 - client -> ``{"type": "ack", "seq": n}`` once it has taken in points message ``n``;
 - server -> ``{"type": "state", "job": {...}}`` whenever the job's state or progress moves;
+- the job's log, for a client that asks for it with ``"log_after": <last entry id it has>``
+  in its ``resume`` (0 for none): server -> ``{"type": "log", "entries": [[id, time, level,
+  message], ...]}``, first the entries after that id from the database (the newest
+  ``LOG_REPLAY_LINES`` of them), then each batch the worker writes, every entry once;
 - server -> ``{"type": "error", "code": 4xxx, "message": ...}`` then close: 4401 / 4404 on
   refusal, 4403 when the user's access ends while connected, 4408 when the client fell
   too far behind (reconnect and resume: the database has everything).
@@ -35,14 +39,15 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from opdweb.jobs.live import job_group, state_payload
-from opdweb.jobs.models import Job
+from opdweb.jobs.live import job_group, log_line, state_payload
+from opdweb.jobs.models import Job, JobLogEntry
 from opdweb.teams.access import has_role
 from opdweb.teams.models import Role
 from opdweb.traces.queries import points_after, series_of
 from opdweb.traces.live_format import unpack_live_message
 
 REPLAY_CHUNK = 2000
+LOG_REPLAY_LINES = 1000
 
 
 class JobLiveConsumer(AsyncJsonWebsocketConsumer):
@@ -56,6 +61,7 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
         self.missed = False
         self.replay_queue: deque | None = None
         self.seq = 0
+        self.log_sent: int | None = None  # id of the last log entry sent; None: the client did not ask
         self.unacked: deque[tuple[int, int]] = deque()  # (seq, points) sent and not yet acknowledged
         self.unacked_points = 0
         self.behind_since: float | None = None
@@ -124,9 +130,26 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
         after = content.get("after") or {}
         if not isinstance(after, dict) or not all(isinstance(v, int) for v in after.values()):
             return await self.send_json({"type": "error", "code": 4400, "message": "after must map keys to integer steps"})
+        log_after = content.get("log_after")
+        if log_after is not None and (not isinstance(log_after, int) or isinstance(log_after, bool)):
+            return await self.send_json({"type": "error", "code": 4400, "message": "log_after must be an integer id"})
         self.sent = {str(k): v for k, v in after.items()}
         self.resumed = True
+        if log_after is not None:
+            self.log_sent = log_after
+            await self.send_log(await self.log_after(log_after))
         await self.catch_up()
+
+    @database_sync_to_async
+    def log_after(self, entry_id: int) -> list[list]:
+        newest = JobLogEntry.objects.filter(job_id=self.job_id, pk__gt=entry_id).order_by("-pk")[:LOG_REPLAY_LINES]
+        return [log_line(e) for e in reversed(newest)]
+
+    async def send_log(self, entries: list[list]):
+        fresh = [e for e in entries if e[0] > self.log_sent]
+        if fresh:
+            self.log_sent = fresh[-1][0]
+            await self.send_json({"type": "log", "entries": fresh})
 
     async def catch_up(self):
         """Send what the database has after ``sent``, a chunk at a time while the window
@@ -181,7 +204,7 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
             self.unacked_points += len(chunk)
             await self.send_json({"type": "points", "seq": self.seq, "points": chunk})
 
-    # Group messages (type "trace.points" -> trace_points, "job.state" -> job_state).
+    # Group messages (type "trace.points" -> trace_points, "job.state" -> job_state, "job.log" -> job_log).
     async def trace_points(self, event):
         """Forward one live message: per key, only the steps after the last one sent.
         Before ``resume`` nothing is sent or held (the replay reads the database); while
@@ -206,3 +229,10 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def job_state(self, event):
         await self.send_json({"type": "state", "job": event["job"]})
+
+    async def job_log(self, event):
+        """Forward the log entries the worker just wrote, to a client that asked for the log
+        and once its replay from the database is done (this runs after it: one message at a
+        time), skipping any the replay already sent."""
+        if self.resumed and self.log_sent is not None:
+            await self.send_log(event["entries"])

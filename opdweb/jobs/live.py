@@ -46,3 +46,13 @@ def publish(job_id: int, messages: list[dict]) -> None:
 
 def publish_state(job) -> None:
     publish(job.pk, [{"type": "job.state", "job": state_payload(job)}])
+
+
+def log_line(entry) -> list:
+    """A log entry as the live channel sends it: ``[id, ISO time, level, message]``."""
+    return [entry.pk, entry.created_at.isoformat(), entry.level, entry.message]
+
+
+def publish_log(job_id: int, entries) -> None:
+    """Send log entries just written (they carry their ids) to the job's group."""
+    publish(job_id, [{"type": "job.log", "entries": [log_line(e) for e in entries]}])

@@ -118,15 +118,16 @@ class JobLogHandler(logging.Handler):
             self.buffer.append(entry)
 
     def flush_to_db(self) -> None:
+        """Write the buffered lines, then send them to the job's live page."""
         with self._lock:
             entries, self.buffer = self.buffer, []
         if entries:
-            JobLogEntry.objects.bulk_create(entries)
+            live.publish_log(self.job_id, JobLogEntry.objects.bulk_create(entries))
 
 
 class Heartbeat(threading.Thread):
     """Beats the job's heartbeat every JOB_HEARTBEAT_SECONDS from its own connection and
-    flushes the job's log; stops when the job ends.
+    flushes the job's log every JOB_LOG_FLUSH_SECONDS; stops when the job ends.
 
     It is also the time limit's watchdog: a job still running ``JOB_TIME_LIMIT_GRACE_S``
     after its limit did not stop when asked (science that never polls ``should_stop()``),
@@ -144,10 +145,14 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         try:
-            while not self.done.wait(settings.JOB_HEARTBEAT_SECONDS):
-                if time.monotonic() >= self.hard_deadline:
+            next_beat = time.monotonic() + settings.JOB_HEARTBEAT_SECONDS
+            while not self.done.wait(min(settings.JOB_LOG_FLUSH_SECONDS, settings.JOB_HEARTBEAT_SECONDS)):
+                now = time.monotonic()
+                if now >= self.hard_deadline:
                     self.kill_overrunning_job()
-                Job.objects.filter(pk=self.job.pk, state=JobState.RUNNING).update(heartbeat_at=timezone.now())
+                if now >= next_beat:
+                    Job.objects.filter(pk=self.job.pk, state=JobState.RUNNING).update(heartbeat_at=timezone.now())
+                    next_beat = now + settings.JOB_HEARTBEAT_SECONDS
                 self.log_handler.flush_to_db()
         except Exception:  # noqa: BLE001 - a failed beat must not kill the job
             log.warning("heartbeat for job %s failed", self.job.pk, exc_info=True)

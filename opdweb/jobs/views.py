@@ -25,6 +25,8 @@ from opdweb.teams.models import Role
 from opdweb.traces.models import TraceSeries
 from workers.science.entrypoints import KINDS
 
+LOG_PAGE_LINES = 500
+
 
 @login_required
 @answers_refusals
@@ -121,9 +123,18 @@ def job_detail(request, job_id: int):
          "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
          "mismatch": mismatch_summary(job.result), "result_charts": result_charts(job),
+         **log_context(job),
          # In the page, so the charts' reads start before plotly has loaded.
          "series": list(TraceSeries.objects.filter(job=job).order_by("key").values("key", "last_step"))},
     )
+
+
+def log_context(job) -> dict:
+    """The newest ``LOG_PAGE_LINES`` log lines (the page follows the rest live), how many
+    earlier ones the page leaves out, and the id the live channel resumes the log after."""
+    entries = list(reversed(job.log_entries.order_by("-pk")[:LOG_PAGE_LINES]))
+    earlier = job.log_entries.filter(pk__lt=entries[0].pk).count() if entries else 0
+    return {"log_entries": entries, "log_earlier": earlier, "log_after": entries[-1].pk if entries else 0}
 
 
 @login_required

@@ -1,6 +1,7 @@
 // Live job page: draws each trace key from the downsampled API (charts: job_charts.js),
 // then follows the job's websocket. On (re)connect it sends the last step it holds per
 // key and receives the rest from the database first, so a dropped connection loses nothing.
+// The log streams the same way: the page holds the newest lines, the channel sends the rest.
 (function () {
   "use strict";
   const root = document.getElementById("job");
@@ -86,6 +87,16 @@
     root.dataset.points = JSON.stringify(lastStep);
   }
 
+  const logBox = document.getElementById("job-log");
+
+  function appendLog(entries) {
+    const atBottom = logBox.scrollTop + logBox.clientHeight >= logBox.scrollHeight - 4;
+    const lines = entries.map(([, time, level, message]) => `${time.slice(11, 19)} ${level} ${message}\n`);
+    logBox.append(lines.join(""));
+    logBox.dataset.logAfter = entries[entries.length - 1][0];
+    if (atBottom) logBox.scrollTop = logBox.scrollHeight;
+  }
+
   function connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     socket = new WebSocket(`${scheme}://${location.host}/ws/jobs/${jobId}/`);
@@ -93,7 +104,7 @@
     socket.onopen = () => {
       retry = 500;
       showLive(!isTerminal());
-      socket.send(JSON.stringify({ type: "resume", after: lastStep }));
+      socket.send(JSON.stringify({ type: "resume", after: lastStep, log_after: Number(logBox.dataset.logAfter) }));
     };
     socket.onmessage = (event) => {
       const msg = JSON.parse(event.data);
@@ -101,6 +112,7 @@
         queuePoints(msg.points);
         socket.send(JSON.stringify({ type: "ack", seq: msg.seq }));
       }
+      else if (msg.type === "log") appendLog(msg.entries);
       else if (msg.type === "state") setState(msg.job);
       else if (msg.type === "replayed") root.dataset.replayed = "1";
       else if (msg.type === "error") status.textContent = msg.message;

@@ -125,3 +125,73 @@ def test_a_late_client_gets_a_long_history_in_pages_exactly_once(member, asgi_se
     got = asyncio.run(replay())
     assert [(p[1], p[3]) for p in got if p[0] == "a"] == [(s, s / 2) for s in range(1000, 4_500)]
     assert [(p[1], p[3]) for p in got if p[0] == "b"] == [(s, float(-s)) for s in range(4_500)]
+
+
+async def follow_log(url, cookie, log_after, stop):
+    """Connect asking for the log after ``log_after``; collect ``(entry, the job's progress
+    when it arrived)`` until ``stop(entries, states)``."""
+    entries, states, progress = [], [], 0.0
+    async with connect(url, additional_headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}) as ws:
+        await ws.send(json.dumps({"type": "resume", "after": {}, "log_after": log_after}))
+        while not stop(entries, states):
+            msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=30))
+            if msg["type"] == "log":
+                entries.extend((entry, progress) for entry in msg["entries"])
+            elif msg["type"] == "state":
+                states.append(msg["job"]["state"])
+                progress = msg["job"]["progress"]
+            elif msg["type"] == "error":
+                raise AssertionError(msg)
+    return entries, states
+
+
+def test_the_log_streams_live_each_line_once_and_a_late_client_resumes_after_its_last_line(
+        member, start_worker, asgi_server, client):
+    user, team = member
+    cookie = session_cookie(client, user)
+    start_worker()
+    job = do_submit_job(team=team, user=user, kind_name="selftest",
+                        config={"steps": 60, "sleep_s": 0.05, "log_every": 10})
+    url = f"ws://{asgi_server}/ws/jobs/{job.pk}/"
+
+    def finished(entries, states):
+        return "succeeded" in states and any(e[3].endswith(f"job {job.pk} succeeded") for e, _ in entries)
+
+    entries, states = asyncio.run(follow_log(url, cookie, 0, finished))
+    messages = [e[3] for e, _ in entries]
+    step_lines = [m for m in messages if m.startswith("workers.science.selftest: step")]
+    assert step_lines == [f"workers.science.selftest: step {s}" for s in range(0, 60, 10)]
+    ids = [e[0] for e, _ in entries]
+    assert ids == sorted(set(ids))  # each line once, in order
+    # The lines came while the job ran (a 3 s job, written every second), not at its end.
+    assert entries[0][1] < 0.8 and "succeeded" in states
+    stored = list(job.log_entries.order_by("pk").values_list("pk", "level", "message"))
+    assert [(e[0], e[2], e[3]) for e, _ in entries] == stored
+
+    # A client that has the lines up to the third gets exactly the rest.
+    have = stored[2][0]
+    rest, _ = asyncio.run(follow_log(url, cookie, have, lambda got, st: len(got) >= len(stored) - 3))
+    assert [e[0] for e, _ in rest] == [pk for pk, _, _ in stored[3:]]
+
+
+def test_a_client_that_does_not_ask_for_the_log_gets_none_and_a_bad_log_after_is_refused(member, asgi_server, client):
+    user, team = member
+    job = JobFactory(team=team, state=JobState.SUCCEEDED)
+    job.log_entries.create(created_at=job.created_at, level="INFO", message="one line")
+    cookie = session_cookie(client, user)
+
+    async def exchange(resume):
+        got = []
+        async with connect(f"ws://{asgi_server}/ws/jobs/{job.pk}/",
+                           additional_headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}) as ws:
+            await ws.send(json.dumps(resume))
+            while not got or got[-1]["type"] not in ("replayed", "error"):
+                got.append(json.loads(await asyncio.wait_for(ws.recv(), timeout=10)))
+        return [m["type"] for m in got], got[-1]
+
+    types, _ = asyncio.run(exchange({"type": "resume", "after": {}}))
+    assert "log" not in types
+    types, _ = asyncio.run(exchange({"type": "resume", "after": {}, "log_after": 0}))
+    assert types.count("log") == 1
+    types, last = asyncio.run(exchange({"type": "resume", "after": {}, "log_after": "all"}))
+    assert last["code"] == 4400 and "log_after" in last["message"]
