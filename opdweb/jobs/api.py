@@ -101,7 +101,7 @@ class DownsampledOut(BaseModel):
     key: str
     level: int
     bucket_steps: int
-    buckets: list[list[float]] = Field(..., description="[start, end, min, max, last_step, last] per bucket")
+    buckets: list[list[float]] = Field(..., description="[start, end, min, max, last_step, last, wall time of last_step (unix s)] per bucket")
 
 
 class LogEntryOut(Out):

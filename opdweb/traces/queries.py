@@ -27,7 +27,8 @@ def downsample(series: TraceSeries, n_buckets: int, start: int | None = None, en
     buckets, so every min, max and last is exact for the steps its bucket reports: a
     spike anywhere in a bucket shows in that bucket.  PostgreSQL does the bucketing (one
     GROUP BY over the chosen level's rows, fewer than 32 of them per bucket returned);
-    only the buckets come back.
+    only the buckets come back, each ``[start, end, min, max, last_step, last, wall time
+    of last_step]`` (the wall time by one primary-key lookup per bucket, for time axes).
     """
     n_buckets = max(1, min(int(n_buckets), MAX_BUCKETS))
     lo = series.first_step if start is None else max(int(start), series.first_step)
@@ -38,11 +39,13 @@ def downsample(series: TraceSeries, n_buckets: int, start: int | None = None, en
     lo, hi = lo // out_width * out_width, (hi // out_width + 1) * out_width - 1
     with connection.cursor() as cursor:
         if level == 0:
-            cursor.execute(_RAW_BUCKETS, {"w": out_width, "series": series.pk, "lo": lo, "hi": hi})
+            cursor.execute(_WITH_WALL_TIME.format(buckets=_RAW_BUCKETS),
+                           {"w": out_width, "series": series.pk, "lo": lo, "hi": hi})
         else:
             width = ROLLUP_WIDTHS[level]
-            cursor.execute(_ROLLUP_BUCKETS, {"w": out_width, "k": out_width // width, "series": series.pk,
-                                             "level": level, "lo": lo // width, "hi": hi // width})
+            cursor.execute(_WITH_WALL_TIME.format(buckets=_ROLLUP_BUCKETS),
+                           {"w": out_width, "k": out_width // width, "series": series.pk,
+                            "level": level, "lo": lo // width, "hi": hi // width})
         rows = cursor.fetchall()
     return {"key": series.key, "level": level, "bucket_steps": out_width, "buckets": list(map(list, rows))}
 
@@ -61,15 +64,20 @@ def bucket_width(span: int, n_buckets: int, lo: int, hi: int) -> tuple[int, int]
 
 # The last value of a bucket is the one at its greatest step: array_agg ordered by step
 # keeps it without a second pass (groups hold fewer than 32 rows).
+_WITH_WALL_TIME = """
+    SELECT d.*, p.wall_time FROM ({buckets}) AS d
+    JOIN traces_tracepoint p ON p.series_id = %(series)s AND p.step = d.last_step
+    ORDER BY d.first"""
+
 _RAW_BUCKETS = """
-    SELECT b * %(w)s, b * %(w)s + %(w)s - 1, min(value), max(value), max(step),
+    SELECT b * %(w)s AS first, b * %(w)s + %(w)s - 1, min(value), max(value), max(step) AS last_step,
            (array_agg(value ORDER BY step DESC))[1]
     FROM (SELECT step / %(w)s AS b, step, value FROM traces_tracepoint
           WHERE series_id = %(series)s AND step BETWEEN %(lo)s AND %(hi)s) AS p
     GROUP BY b ORDER BY b"""
 
 _ROLLUP_BUCKETS = """
-    SELECT b * %(w)s, b * %(w)s + %(w)s - 1, min(min), max(max), max(last_step),
+    SELECT b * %(w)s AS first, b * %(w)s + %(w)s - 1, min(min), max(max), max(last_step) AS last_step,
            (array_agg(last_value ORDER BY last_step DESC))[1]
     FROM (SELECT bucket / %(k)s AS b, min, max, last_step, last_value FROM traces_tracerollup
           WHERE series_id = %(series)s AND level = %(level)s AND bucket BETWEEN %(lo)s AND %(hi)s) AS r

@@ -2,15 +2,18 @@
 // suffix: "mismatch/rollout_k3" with "mismatch/reference_k3"), each with its min/max band;
 // smoothing (EMA or running mean, the raw line kept faint), log y, and a zoom that re-reads
 // the visible window from the downsampled API.  A series with a single point is a number,
-// not a chart.  The x axis is the step: the downsampled API carries no wall times.
+// not a chart.  The x axis is the step, the wall time or the time since the run's first
+// point (each bucket carries the wall time of its last step); a zoom on a time axis reads
+// the steps that fall in the visible time.
 window.JobCharts = (function () {
   "use strict";
   const MAX_POINTS = 20000;
   const COLORS = [[31, 119, 180], [214, 39, 40], [44, 160, 44], [148, 103, 189], [255, 127, 14], [23, 190, 207]];
-  const series = {};   // key -> {x, y, lo, hi, zoom: same shape for the zoomed window, or null}
+  const series = {};   // key -> {x (steps), t (wall s), y, lo, hi, zoom: same shape for the zoomed window, or null}
   const groups = {};   // chart name -> {keys, div}
   const dirty = new Set();
-  const options = { smoothing: "none", logY: false };
+  const options = { smoothing: "none", logY: false, xAxis: "step" };
+  const X_TITLES = { step: "step", time: "wall time", relative: "time since the first point (s)" };
   let container, numbers, readWindow, drawScheduled = false;
 
   function groupOf(key) {
@@ -19,7 +22,36 @@ window.JobCharts = (function () {
   }
 
   function fromBuckets(buckets) {
-    return { x: buckets.map(b => b[4]), lo: buckets.map(b => b[2]), hi: buckets.map(b => b[3]), y: buckets.map(b => b[5]) };
+    return { x: buckets.map(b => b[4]), t: buckets.map(b => b[6]), lo: buckets.map(b => b[2]), hi: buckets.map(b => b[3]),
+             y: buckets.map(b => b[5]) };
+  }
+
+  // The run's first wall time over every series drawn (the origin of relative time).
+  function origin() {
+    const firsts = Object.values(series).filter(s => s.t.length).map(s => s.t[0]);
+    return firsts.length ? Math.min(...firsts) : 0;
+  }
+
+  function xValues(d) {
+    if (options.xAxis === "time") return d.t.map(t => new Date(t * 1000));
+    if (options.xAxis === "relative") { const t0 = origin(); return d.t.map(t => t - t0); }
+    return d.x;
+  }
+
+  // A visible x range as a step window: on a time axis, the steps whose wall times bound it
+  // (from the whole series drawn, so the window may be a bucket wider than the view).
+  function stepWindow(key, range) {
+    if (options.xAxis === "step") return [Math.max(0, Math.floor(range[0])), Math.ceil(range[1])];
+    // A date axis reports ranges as local-time strings ("2026-11-30 21:40:01.5"), or ms if set as numbers.
+    const toSeconds = v => options.xAxis !== "time" ? Number(v) + origin()
+      : (typeof v === "number" ? v : Date.parse(String(v).replace(" ", "T"))) / 1000;
+    const [t0, t1] = range.map(toSeconds);
+    const s = series[key];
+    let first = s.t.findIndex(t => t >= t0);
+    let last = s.t.length - 1;
+    while (last > 0 && s.t[last] > t1) last--;
+    if (first < 0) first = s.t.length - 1;
+    return [first > 0 ? s.x[first - 1] + 1 : 0, Math.max(s.x[last], s.x[first])];
   }
 
   function smooth(y) {
@@ -42,12 +74,13 @@ window.JobCharts = (function () {
       const d = series[key].zoom || series[key];
       const rgb = COLORS[i % COLORS.length].join(",");
       const smoothed = smooth(d.y);
-      out.push({ x: d.x, y: d.hi, mode: "lines", line: { width: 0 }, hoverinfo: "skip", showlegend: false });
-      out.push({ x: d.x, y: d.lo, mode: "lines", line: { width: 0 }, fill: "tonexty", fillcolor: `rgba(${rgb},0.18)`,
+      const x = xValues(d);
+      out.push({ x: x, y: d.hi, mode: "lines", line: { width: 0 }, hoverinfo: "skip", showlegend: false });
+      out.push({ x: x, y: d.lo, mode: "lines", line: { width: 0 }, fill: "tonexty", fillcolor: `rgba(${rgb},0.18)`,
                  hoverinfo: "skip", showlegend: false });
-      out.push({ x: d.x, y: d.y, name: key, mode: "lines", line: { color: `rgb(${rgb})`, width: 1.5 },
+      out.push({ x: x, y: d.y, name: key, mode: "lines", line: { color: `rgb(${rgb})`, width: 1.5 },
                  opacity: smoothed ? 0.3 : 1 });
-      if (smoothed) out.push({ x: d.x, y: smoothed, name: `${key} (${options.smoothing})`, mode: "lines",
+      if (smoothed) out.push({ x: x, y: smoothed, name: `${key} (${options.smoothing})`, mode: "lines",
                                line: { color: `rgb(${rgb})`, width: 2 } });
     });
     return out;
@@ -55,8 +88,8 @@ window.JobCharts = (function () {
 
   function layout(name, keys) {
     return { title: { text: keys.length > 1 ? name : keys[0] }, height: 280, margin: { t: 40, r: 10, b: 40, l: 60 },
-             xaxis: { title: { text: "step" } }, yaxis: { type: options.logY ? "log" : "linear" },
-             uirevision: "keep", legend: { orientation: "h", y: -0.25 } };
+             xaxis: { title: { text: X_TITLES[options.xAxis] }, type: options.xAxis === "time" ? "date" : "linear" }, yaxis: { type: options.logY ? "log" : "linear" },
+             uirevision: options.xAxis, legend: { orientation: "h", y: -0.25 } };
   }
 
   function plot(name, keys) {
@@ -77,11 +110,11 @@ window.JobCharts = (function () {
       keys.forEach(key => { series[key].zoom = null; });
     } else if (event["xaxis.range"] || event["xaxis.range[0]"] !== undefined) {
       const range = event["xaxis.range"] || [event["xaxis.range[0]"], event["xaxis.range[1]"]];
-      const start = Math.max(0, Math.floor(range[0])), end = Math.ceil(range[1]);
-      if (end < start) return;
-      const windows = await Promise.all(keys.map(key => readWindow(key, start, end)));
+      const steps = keys.map(key => stepWindow(key, range));
+      if (steps.every(([start, end]) => end < start)) return;
+      const windows = await Promise.all(keys.map((key, i) => readWindow(key, steps[i][0], steps[i][1])));
       keys.forEach((key, i) => { series[key].zoom = fromBuckets(windows[i]); });
-      groups[name].div.dataset.window = `${start}-${end}`;
+      groups[name].div.dataset.window = `${steps[0][0]}-${steps[0][1]}`;
     } else return;
     markDirty(name);
   }
@@ -122,7 +155,7 @@ window.JobCharts = (function () {
 
   function keyed(key) {
     if (!series[key]) {
-      series[key] = { x: [], y: [], lo: [], hi: [], zoom: null };
+      series[key] = { x: [], t: [], y: [], lo: [], hi: [], zoom: null };
       const name = groupOf(key);
       (groups[name] = groups[name] || { keys: [], div: null }).keys.push(key);
       groups[name].keys.sort();
@@ -139,6 +172,12 @@ window.JobCharts = (function () {
         options.smoothing = e.target.value;
         Object.keys(groups).forEach(markDirty);
       });
+      document.getElementById("x-axis").addEventListener("change", e => {
+        options.xAxis = e.target.value;
+        // A new axis starts unzoomed (its ui revision differs, so plotly drops the old ranges).
+        Object.values(series).forEach(s => { s.zoom = null; });
+        Object.keys(groups).forEach(markDirty);
+      });
       document.getElementById("log-y").addEventListener("change", e => {
         options.logY = e.target.checked;
         Object.values(groups).filter(g => g.div).forEach(g =>
@@ -152,11 +191,12 @@ window.JobCharts = (function () {
       markDirty(name);
     },
     // Live points after the history: each point is its own bucket.
-    append(key, steps, values) {
+    append(key, steps, walls, values) {
       const name = keyed(key);
       const s = series[key];
-      for (const column of [s.x, s.y, s.lo, s.hi]) column.push(...(column === s.x ? steps : values));
-      if (s.x.length > MAX_POINTS) for (const column of [s.x, s.y, s.lo, s.hi]) column.splice(0, s.x.length - MAX_POINTS);
+      s.x.push(...steps); s.t.push(...walls);
+      for (const column of [s.y, s.lo, s.hi]) column.push(...values);
+      if (s.x.length > MAX_POINTS) for (const column of [s.x, s.t, s.y, s.lo, s.hi]) column.splice(0, s.x.length - MAX_POINTS);
       markDirty(name);
     },
   };

@@ -8,7 +8,7 @@
   if (!root) return;
   const jobId = root.dataset.jobId;
   const lastStep = {};      // key -> last step drawn
-  const pending = {};       // key -> {steps: [], values: []} not yet drawn
+  const pending = {};       // key -> {steps: [], walls: [], values: []} not yet drawn
   let drawScheduled = false;
   let socket = null;
   let retry = 500;
@@ -67,11 +67,12 @@
   }
 
   function queuePoints(points) {
-    for (const [key, step, , value] of points) {
+    for (const [key, step, wall, value] of points) {
       if (lastStep[key] !== undefined && step <= lastStep[key]) continue;
       lastStep[key] = step;
-      (pending[key] = pending[key] || { steps: [], values: [] });
+      (pending[key] = pending[key] || { steps: [], walls: [], values: [] });
       pending[key].steps.push(step);
+      pending[key].walls.push(wall);
       pending[key].values.push(value);
     }
     if (!drawScheduled) { drawScheduled = true; requestAnimationFrame(draw); }
@@ -82,7 +83,7 @@
     for (const key of Object.keys(pending)) {
       const p = pending[key];
       delete pending[key];
-      JobCharts.append(key, p.steps, p.values);
+      JobCharts.append(key, p.steps, p.walls, p.values);
     }
     root.dataset.points = JSON.stringify(lastStep);
   }

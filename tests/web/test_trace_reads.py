@@ -12,9 +12,15 @@ from tests.web.factories import JobFactory
 pytestmark = pytest.mark.django_db
 
 
+def wall_of(steps: np.ndarray) -> np.ndarray:
+    """The wall times the tests log: distinct per step, so a wrong lookup shows."""
+    return 1.7e9 + steps * 0.25
+
+
 def brute_force(steps: np.ndarray, values: np.ndarray, lo: int, hi: int, width: int) -> list[list]:
     """Buckets of ``width`` steps aligned to multiples of it over ``[lo, hi]``:
-    ``[start, end, min, max, last_step, last]``, from the raw points (steps sorted)."""
+    ``[start, end, min, max, last_step, last, wall time of last_step]``, from the raw points
+    (steps sorted)."""
     keep = (steps >= lo) & (steps <= hi)
     s, v = steps[keep], values[keep]
     if not len(s):
@@ -23,7 +29,7 @@ def brute_force(steps: np.ndarray, values: np.ndarray, lo: int, hi: int, width: 
     starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
     ends = np.r_[starts[1:], len(s)] - 1
     return [
-        [int(b) * width, int(b) * width + width - 1, float(mn), float(mx), int(ls), float(lv)]
+        [int(b) * width, int(b) * width + width - 1, float(mn), float(mx), int(ls), float(lv), float(wall_of(ls))]
         for b, mn, mx, ls, lv in zip(bucket[starts], np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts),
                                      s[ends], v[ends])
     ]
@@ -34,11 +40,11 @@ def ingest(job, key, steps, values, rng) -> TraceSeries:
     it (which must change nothing)."""
     sink = TraceSink(job.pk, flush_points=int(rng.integers(500, 40_000)))
     for i in range(0, len(steps), 1000):
-        sink.add_many(key, steps[i : i + 1000].tolist(), values[i : i + 1000].tolist(), [0.0] * len(steps[i : i + 1000]))
+        sink.add_many(key, steps[i : i + 1000].tolist(), values[i : i + 1000].tolist(), wall_of(steps[i : i + 1000]).tolist())
     sink.close()
     a, b = sorted(rng.integers(0, len(steps), 2).tolist())
     replay = TraceSink(job.pk)
-    replay.add_many(key, steps[a : b + 1].tolist(), values[a : b + 1].tolist(), [0.0] * (b + 1 - a))
+    replay.add_many(key, steps[a : b + 1].tolist(), values[a : b + 1].tolist(), wall_of(steps[a : b + 1]).tolist())
     replay.close()
     return TraceSeries.objects.get(job=job, key=key)
 
