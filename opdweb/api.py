@@ -18,6 +18,7 @@ from typing import Any, Callable, get_origin
 
 from django.http import Http404, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
+from django.views.decorators.gzip import gzip_page
 from django.urls import path
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -180,6 +181,9 @@ class Api:
         return JsonResponse(self.openapi())
 
     def _dispatcher(self, methods: dict[str, Endpoint]):
+        # Compressed for clients that accept gzip: a chart read's 1,000 buckets shrink about
+        # 3x.  API answers carry no CSRF token or other secret beside reflected input.
+        @gzip_page
         def dispatch(request, **kwargs):
             endpoint = methods.get(request.method)
             if endpoint is None:

@@ -45,4 +45,4 @@ class JobFactory(factory.django.DjangoModelFactory):
 
     team = factory.SubFactory(TeamFactory)
     kind = "selftest"
-    config = factory.LazyFunction(lambda: {"steps": 10, "sleep_s": 0.0, "fail_at_step": None})
+    config = factory.LazyFunction(lambda: {"steps": 10, "sleep_s": 0.0, "fail_at_step": None, "log_every": None})

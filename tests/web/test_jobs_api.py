@@ -32,7 +32,7 @@ def test_it_creates_a_queued_job_with_the_normalised_config(api, django_capture_
     assert response.status_code == 201, response.content
     body = response.json()
     assert body["state"] == "queued" and body["team"] == api.team.slug and body["name"] == "smoke"
-    assert body["config"] == {"steps": 5, "sleep_s": 0.0, "fail_at_step": None}
+    assert body["config"] == {"steps": 5, "sleep_s": 0.0, "fail_at_step": None, "log_every": None}
     assert api.sent == [(body["id"], 1)]
 
 

@@ -162,3 +162,23 @@ def test_a_downsampled_read_is_one_query_and_the_endpoint_adds_only_access(clien
     # 3,991 steps into 100 buckets: level 1 (32 steps), two of its buckets per output one.
     assert response.json()["bucket_steps"] == 64 and response.json()["buckets"][0][:2] == [0, 63]
     assert len(captured) == 5, [q["sql"][:80] for q in captured]
+
+
+def test_chart_reads_are_sent_compressed_to_clients_that_accept_gzip(client):
+    import gzip
+    import json
+
+    from tests.web.factories import MembershipFactory
+
+    job = JobFactory()
+    sink = TraceSink(job.pk)
+    sink.add_many("loss", list(range(20_000)), [float(s % 101) / 7 for s in range(20_000)], [1.7e9 + s for s in range(20_000)])
+    sink.close()
+    client.force_login(MembershipFactory(team=job.team).user)
+    url = f"/api/jobs/{job.pk}/series/downsampled?key=loss&buckets=1000"
+    plain = client.get(url)
+    packed = client.get(url, HTTP_ACCEPT_ENCODING="gzip, deflate, br")
+    assert "Content-Encoding" not in plain and packed["Content-Encoding"] == "gzip"
+    assert "Accept-Encoding" in packed["Vary"]
+    assert json.loads(gzip.decompress(packed.content)) == plain.json()
+    assert len(packed.content) < len(plain.content) / 2
