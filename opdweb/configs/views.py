@@ -10,6 +10,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from opdweb.budgets.models import MismatchBudget
 from opdweb.configs.access import visible_approval, visible_config
 from opdweb.configs.actions import do_create_config, do_decide, do_request_approval
 from opdweb.configs.currency import lapse_reason
@@ -146,6 +147,7 @@ def config_detail(request, config_id: int):
         "record": record, "yaml_text": _as_yaml(record.config), "jobs": jobs, "approvals": approvals,
         "checkpoints": checkpoints, "can_request": record.viewer_role >= Role.MEMBER,
         "formats": FORMATS.values(),
+        "budgets": MismatchBudget.objects.filter(team=record.team, superseded_by=None).order_by("-pk")[:50],
     })
 
 

@@ -65,3 +65,28 @@ def test_the_budget_curve_is_drawn_with_the_check_on_it(member, asgi_server, pag
     expect(legend).to_contain_text(["seeds", "mean", "admission: inconclusive"])
     expect(page.locator("#checks")).to_contain_text("fp8 w+kv")
     expect(page.locator("h1")).to_have_text(re.compile(r"Budget #\d+"))
+
+
+def test_check_admission_fills_the_form_from_a_budget_and_refuses_another_teams(member, outsider, client):
+    import json
+
+    from opdweb.configs.models import RolloutConfigRecord
+
+    user, team = member
+    budget = stored_calibration(team, user, "/models/student", 9.1)
+    record = RolloutConfigRecord.objects.create(team=team, created_by=user, name="fp8", config={"weights": "fp8_e4m3"},
+                                                config_hash="f" * 64)
+    client.force_login(user)
+    page = client.get(f"/configs/{record.pk}/")
+    assert f'<option value="{budget.pk}">budget #{budget.pk}: /models/student' in page.content.decode()
+    form = client.get(f"/jobs/new/?kind=admission&rollout={record.pk}&budget={budget.pk}").context["form"]
+    config = json.loads(form["config"])
+    assert (form["kind"], form["name"]) == ("admission", f"fp8 vs budget #{budget.pk}")
+    assert (config["model"], config["task"], config["reference_engine"], config["budget"], config["rollout"]) == (
+        "/models/student", "arithmetic:1", "hf", budget.pk, {"weights": "fp8_e4m3"})
+
+    jobs_before = Job.objects.count()
+    client.force_login(outsider)
+    assert client.get(f"/jobs/new/?kind=admission&budget={budget.pk}").status_code == 404
+    assert client.get(f"/jobs/new/?kind=admission&rollout={record.pk}&budget={budget.pk}").status_code == 404
+    assert Job.objects.count() == jobs_before
