@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 
 from opdweb.budgets.models import MismatchBudget
 from opdweb.configs.access import visible_approval, visible_config
+from opdweb.configs.compare import compared_configs, verdict_rows
 from opdweb.configs.actions import do_create_config, do_decide, do_request_approval
 from opdweb.configs.currency import lapse_reason
 from opdweb.configs.canonical import ValidationError, canonical_rollout
@@ -22,6 +23,7 @@ from opdweb.configs.form_schema import ROLLOUT_FIELDS, SCHEMA_PARAGRAPHS, value_
 from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord
 from opdweb.configs.presets import PRESETS, PRESETS_BY_SLUG
 from opdweb.configs.submission import config_from_form, config_from_yaml
+from opdweb.jobs.compare import parameter_rows, parse_compared_ids
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.teams import audit
@@ -34,6 +36,16 @@ def config_list(request):
     records = (RolloutConfigRecord.objects.filter(team__in=teams_of(request.user))
                .select_related("team", "created_by")[:500])
     return render(request, "configs/list.html", {"records": records})
+
+
+@login_required
+@answers_refusals
+def config_compare(request):
+    records = compared_configs(request.user, parse_compared_ids(request.GET.getlist("ids"), "configs"))
+    return render(request, "configs/compare.html", {
+        "records": records, "ids": ",".join(str(r.pk) for r in records),
+        "parameters": parameter_rows([r.config for r in records]), "verdicts": verdict_rows(records),
+        "only_differences": request.GET.get("diff") == "1"})
 
 
 def _shown_value(field, config: dict):

@@ -19,21 +19,21 @@ RESULT_METRICS = ("verdict", "multiple", "multiple_ci", "margin", "metric", "val
 MISSING = "—"
 
 
-def parse_job_ids(values: list[str]) -> list[int]:
-    """Job ids from ``?ids=1,2,3`` (or repeated ``ids``), in the order given, without
-    repeats: at least 2 and at most :data:`MAX_COMPARED`, or a 400 saying what is wrong."""
+def parse_compared_ids(values: list[str], what: str = "jobs") -> list[int]:
+    """Ids from ``?ids=1,2,3`` (or repeated ``ids``), in the order given, without repeats:
+    at least 2 and at most :data:`MAX_COMPARED`, or a 400 saying what is wrong."""
     ids: list[int] = []
     for part in (p.strip() for value in values for p in value.split(",")):
         if not part:
             continue
         if not part.isdigit() or len(part) > 18:
-            raise Refused(f"job ids are whole numbers; got {part[:40]!r}")
+            raise Refused(f"{what[:-1]} ids are whole numbers; got {part[:40]!r}")
         if int(part) not in ids:
             ids.append(int(part))
     if len(ids) < 2:
-        raise Refused("choose at least 2 jobs to compare (ids=1,2)")
+        raise Refused(f"choose at least 2 {what} to compare (ids=1,2)")
     if len(ids) > MAX_COMPARED:
-        raise Refused(f"compare at most {MAX_COMPARED} jobs at once; got {len(ids)}")
+        raise Refused(f"compare at most {MAX_COMPARED} {what} at once; got {len(ids)}")
     return ids
 
 
@@ -52,10 +52,10 @@ def flatten(value, prefix: str = "") -> dict[str, str]:
     return {prefix or "(config)": json.dumps(value, sort_keys=True)}
 
 
-def parameter_rows(jobs: list[Job]) -> list[dict]:
-    """Every flattened config key of any job (plus the kind), with each job's value and
-    whether the values differ (a key one job lacks differs)."""
-    flats = [{"kind": json.dumps(job.kind), **flatten(job.config)} for job in jobs]
+def parameter_rows(configs: list[dict]) -> list[dict]:
+    """Every flattened key of any of the configs, with each one's value and whether the
+    values differ (a key one config lacks differs)."""
+    flats = [flatten(config) for config in configs]
     keys = sorted(set().union(*flats))
     rows = []
     for key in keys:

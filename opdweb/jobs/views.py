@@ -15,7 +15,7 @@ from opdweb.budgets.access import visible_budget
 from opdweb.configs.access import visible_config
 from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
-from opdweb.jobs.compare import compared_jobs, metric_rows, parameter_rows, parse_job_ids, shared_trace_keys
+from opdweb.jobs.compare import compared_jobs, metric_rows, parameter_rows, parse_compared_ids, shared_trace_keys
 from opdweb.jobs.listing import JobListView
 from opdweb.jobs.models import Job, JobState
 from opdweb.jobs.result_charts import result_charts
@@ -160,10 +160,11 @@ def log_context(job) -> dict:
 @login_required
 @answers_refusals
 def job_compare(request):
-    jobs = compared_jobs(request.user, parse_job_ids(request.GET.getlist("ids")))
+    jobs = compared_jobs(request.user, parse_compared_ids(request.GET.getlist("ids")))
     ids = ",".join(str(job.pk) for job in jobs)
     return render(request, "jobs/compare.html", {
-        "jobs": jobs, "ids": ids, "parameters": parameter_rows(jobs), "metrics": metric_rows(jobs),
+        "jobs": jobs, "ids": ids, "parameters": parameter_rows([{"kind": job.kind, **job.config} for job in jobs]),
+        "metrics": metric_rows(jobs),
         "trace_keys": shared_trace_keys(jobs), "only_differences": request.GET.get("diff") == "1"})
 
 

@@ -314,11 +314,13 @@ def test_config_approval_and_team_pages_authorization_matrix(capsys, tmp_path, s
     teams, actors, _ = make_world()
     User = get_user_model()
     requester = {slug: User.objects.create_user(f"{slug}-requester") for slug in TEAMS}
-    records, approved = {}, {}
+    records, seconds, approved = {}, {}, {}
     for slug, team in teams.items():
         Membership.objects.create(team=team, user=requester[slug], role=Role.MEMBER)
         records[slug], _ = do_create_config(team=team, user=requester[slug], name=f"fp8 {slug}",
                                             data={"weights": "fp8_e4m3"})
+        seconds[slug], _ = do_create_config(team=team, user=requester[slug], name=f"fp8 w+kv {slug}",
+                                            data={"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"})
         budget = make_budget(team, checkpoint)
         job = admission_job(team, checkpoint, {"weights": "fp8_e4m3"}, budget)
         approved[slug] = ApprovalRequest.objects.create(
@@ -339,11 +341,16 @@ def test_config_approval_and_team_pages_authorization_matrix(capsys, tmp_path, s
                 matrix.check(actor, f"GET {path} (own teams only)", (200, mine),
                              (r.status_code, {o.team.slug for o in r.context[listed]}))
 
+        path = f"/configs/compare/?ids={records['red'].pk},{records['blue'].pk}"
+        matrix.check(actor, "GET /configs/compare/ (both teams)", login_redirect(path) if anonymous else 404,
+                     page(client.get(path)))
+
         for slug, team in teams.items():
             record, approval = records[slug], approved[slug]
             reads = {
                 "GET /configs/{id}/": (f"/configs/{record.pk}/", Role.VIEWER),
                 "GET /configs/{id}/edit/": (f"/configs/{record.pk}/edit/", Role.MEMBER),
+                "GET /configs/compare/": (f"/configs/compare/?ids={record.pk},{seconds[slug].pk}", Role.VIEWER),
                 "GET /approvals/{id}/": (f"/approvals/{approval.pk}/", Role.VIEWER),
                 "GET /approvals/{id}/export/verl/": (f"/approvals/{approval.pk}/export/verl/", Role.VIEWER),
                 "GET /teams/{slug}/": (f"/teams/{slug}/", Role.VIEWER),
@@ -409,7 +416,7 @@ def test_config_approval_and_team_pages_authorization_matrix(capsys, tmp_path, s
     with capsys.disabled():
         matrix.report("configs, approvals, teams")
     assert matrix.wrong == []
-    assert matrix.cells == len(actors) * (3 + len(TEAMS) * 12)
+    assert matrix.cells == len(actors) * (4 + len(TEAMS) * 13)
 
 
 @pytest.mark.django_db

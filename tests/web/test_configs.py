@@ -243,3 +243,39 @@ def test_an_edit_stays_in_its_configs_team(member_client):
     response = client.post(f"/configs/{old.pk}/edit/", form_data(elsewhere, name="moved", staleness="1"))
     assert response.status_code == 403
     assert RolloutConfigRecord.objects.count() == 1
+
+
+def test_configs_compare_field_by_field_with_their_latest_verdict_per_checkpoint(member_client):
+    client, user, team = member_client
+    bf16, _ = do_create_config(team=team, user=user, name="bf16", data={})
+    fp8, _ = do_create_config(team=team, user=user, name="fp8 w+kv", data={"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"})
+
+    def check(record, model, verdict, multiple):
+        return JobFactory(team=team, kind="admission", state="succeeded",
+                          config={"model": model, "rollout": record.config, "budget": 1},
+                          result={"verdict": verdict, "multiple": multiple, "multiple_ci": [multiple / 2, multiple * 2]})
+    check(fp8, "/m/a", "fail", 80.0)
+    newest = check(fp8, "/m/a", "pass", 16.0)  # the newest check on /m/a is the one shown
+    check(bf16, "/m/b", "pass", 1.0)
+
+    response = client.get(f"/configs/compare/?ids={bf16.pk},{fp8.pk}")
+    assert response.status_code == 200
+    rows = {row["key"]: row for row in response.context["parameters"]}
+    assert rows["weights"]["values"] == ['"bf16"', '"fp8_e4m3"'] and rows["weights"]["differs"]
+    assert rows["kv_cache"]["differs"] and not rows["dtype"]["differs"]
+    # 12 top-level fields (keep_bf16 a list, kept whole) and 4 sampling ones, from DEFAULTS.
+    assert len(rows) == len(DEFAULTS) - 1 + len(DEFAULTS["sampling"])
+    verdicts = response.context["verdicts"]
+    assert [v["checkpoint"] for v in verdicts] == ["/m/a", "/m/b"]
+    assert verdicts[0]["checks"][0] is None and verdicts[0]["checks"][1].pk == newest.pk
+    assert verdicts[1]["checks"][0].result["verdict"] == "pass" and verdicts[1]["checks"][1] is None
+    only = client.get(f"/configs/compare/?ids={bf16.pk},{fp8.pk}&diff=1").content.decode()
+    assert 'data-key="weights"' in only and 'data-key="dtype"' not in only
+
+    # From the list: the checked boxes arrive as repeated ids.
+    assert client.get(f"/configs/compare/?ids={bf16.pk}&ids={fp8.pk}").status_code == 200
+    # Bad input: one id, a word, another team's config.
+    theirs, _ = do_create_config(team=TeamFactory(), user=None, name="theirs", data={})
+    assert client.get(f"/configs/compare/?ids={bf16.pk}").status_code == 400
+    assert "config ids are whole numbers" in client.get(f"/configs/compare/?ids={bf16.pk},x").content.decode()
+    assert client.get(f"/configs/compare/?ids={bf16.pk},{theirs.pk}").status_code == 404
