@@ -186,7 +186,7 @@ def budget_figure(r: dict) -> tuple[list, dict]:
 def render_png(traces: list, layout: dict, path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
-    html = PLOT_PAGE.format(plotly=(ROOT / "static/vendor/plotly.min.js").read_text(), traces=json.dumps(traces),
+    html = PLOT_PAGE.format(plotly=(ROOT / "static/vendor/plotly-cartesian.min.js").read_text(), traces=json.dumps(traces),
                             layout=json.dumps(layout))
     with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False) as fh:
         fh.write(html)

@@ -23,7 +23,7 @@ def max_age(response) -> int:
     return int(parts["max-age"])
 
 
-BUNDLES = ("plotly.min", "plotly-cartesian.min")
+BUNDLES = ("plotly-cartesian.min",)
 
 
 @pytest.mark.parametrize("bundle", BUNDLES)
