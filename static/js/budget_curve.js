@@ -9,12 +9,16 @@
   const seedsX = [], seedsY = [];
   for (const r of rows) for (const a of r.accuracies) { seedsX.push(r.multiple); seedsY.push(pct(a)); }
   for (const a of base.accuracies || []) { seedsX.push(1); seedsY.push(pct(a)); }
-  const xs = [1].concat(rows.map((r) => r.multiple));
-  const lo = Math.min(...xs) / 2, hi = Math.max(...xs.concat(data.checks.map((c) => c.multiple || 1))) * 2;
+  // The BF16 baseline (x = 1) and the band under it, where the budget records them.
+  const hasBase = Number.isFinite(base.mean);
+  const xs = (hasBase ? [1] : []).concat(rows.map((r) => r.multiple));
+  const shown = xs.concat(data.checks.map((c) => c.multiple || 1), data.budget ? [data.budget] : []);
+  const lo = shown.length ? Math.min(...shown) / 2 : 0.5, hi = shown.length ? Math.max(...shown) * 2 : 100;
   const traces = [
     { x: seedsX, y: seedsY, mode: "markers", name: "seeds", marker: { color: "rgba(25,113,194,0.35)", size: 7 } },
-    { x: xs, y: [pct(base.mean)].concat(rows.map((r) => pct(r.accuracy_mean))), mode: "lines+markers", name: "mean",
-      error_y: { type: "data", array: [pct(base.sd || 0)].concat(rows.map((r) => pct(r.accuracy_sd))), visible: true },
+    { x: xs, y: (hasBase ? [pct(base.mean)] : []).concat(rows.map((r) => pct(r.accuracy_mean))), mode: "lines+markers",
+      name: "mean", error_y: { type: "data", visible: true,
+                               array: (hasBase ? [pct(base.sd || 0)] : []).concat(rows.map((r) => pct(r.accuracy_sd))) },
       line: { color: "#1971c2" } },
   ];
   const colours = { pass: "#2f9e44", fail: "#e03131", inconclusive: "#f08c00" };
@@ -27,8 +31,8 @@
       error_x: { type: "data", symmetric: false, array: cs.map((c) => (c.ci ? c.ci[1] - c.multiple : 0)),
                  arrayminus: cs.map((c) => (c.ci ? c.multiple - c.ci[0] : 0)), color: colours[verdict] } });
   }
-  const shapes = [{ type: "rect", xref: "paper", x0: 0, x1: 1, y0: pct(base.mean) - data.tolerance, y1: pct(base.mean),
-                    fillcolor: "rgba(47,158,68,0.12)", line: { width: 0 } }];
+  const shapes = hasBase ? [{ type: "rect", xref: "paper", x0: 0, x1: 1, y0: pct(base.mean) - data.tolerance,
+                              y1: pct(base.mean), fillcolor: "rgba(47,158,68,0.12)", line: { width: 0 } }] : [];
   if (data.budget) shapes.push({ type: "line", x0: data.budget, x1: data.budget, yref: "paper", y0: 0, y1: 1,
                                  line: { color: "#e03131", dash: data.status === "not_reached" ? "dot" : "solid" } });
   Plotly.newPlot("budget-curve", traces, {
