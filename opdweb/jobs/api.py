@@ -101,7 +101,8 @@ class DownsampledOut(BaseModel):
     key: str
     level: int
     bucket_steps: int
-    buckets: list[list[float]] = Field(..., description="[start, end, min, max, last_step, last, wall time of last_step (unix s)] per bucket")
+    buckets: list[list[float]] = Field(..., description="[start, end, min, max, last_step, last] per bucket, then the wall "
+                                    "time of last_step (unix s) if wall=true")
 
 
 class LogEntryOut(Out):
@@ -127,6 +128,7 @@ class DownsampleQuery(BaseModel):
     buckets: int = Field(1000, ge=1, le=MAX_BUCKETS)
     start: int | None = Field(None, ge=0)
     end: int | None = Field(None, ge=0)
+    wall: bool = Field(False, description="also the wall time of each bucket's last step (for time axes)")
 
 
 class ExportQuery(BaseModel):
@@ -203,7 +205,7 @@ def list_series(request, job_id: int):
            query=DownsampleQuery, response=DownsampledOut, errors=(404,))
 def downsampled_series(request, job_id: int, query: DownsampleQuery):
     series = get_object_or_404(TraceSeries, job=visible_job(request.user, job_id), key=query.key)
-    return downsample(series, query.buckets, query.start, query.end)
+    return downsample(series, query.buckets, query.start, query.end, query.wall)
 
 
 @routes.route("GET", "jobs/<int:job_id>/export", summary="Every point of the job (or of some keys), streamed as CSV or JSON lines",

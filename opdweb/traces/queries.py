@@ -20,15 +20,18 @@ def choose_level(span: int, n_buckets: int) -> int:
     return level
 
 
-def downsample(series: TraceSeries, n_buckets: int, start: int | None = None, end: int | None = None) -> dict:
+def downsample(series: TraceSeries, n_buckets: int, start: int | None = None, end: int | None = None,
+               wall: bool = False) -> dict:
     """At most ``n_buckets`` buckets of ``series`` over steps ``[start, end]`` (default: all).
 
     Bucket edges fall on multiples of the bucket width, and the window widens to whole
     buckets, so every min, max and last is exact for the steps its bucket reports: a
     spike anywhere in a bucket shows in that bucket.  PostgreSQL does the bucketing (one
     GROUP BY over the chosen level's rows, fewer than 32 of them per bucket returned);
-    only the buckets come back, each ``[start, end, min, max, last_step, last, wall time
-    of last_step]`` (the wall time by one primary-key lookup per bucket, for time axes).
+    only the buckets come back, each ``[start, end, min, max, last_step, last]``, and with
+    ``wall`` the wall time of ``last_step`` after them (for time axes: from the points
+    themselves at the raw level, by one primary-key lookup per bucket from a rollup level;
+    a few ms per read, so only when asked).
     """
     n_buckets = max(1, min(int(n_buckets), MAX_BUCKETS))
     lo = series.first_step if start is None else max(int(start), series.first_step)
@@ -39,11 +42,11 @@ def downsample(series: TraceSeries, n_buckets: int, start: int | None = None, en
     lo, hi = lo // out_width * out_width, (hi // out_width + 1) * out_width - 1
     with connection.cursor() as cursor:
         if level == 0:
-            cursor.execute(_WITH_WALL_TIME.format(buckets=_RAW_BUCKETS),
+            cursor.execute(_RAW_BUCKETS_WALL if wall else _RAW_BUCKETS,
                            {"w": out_width, "series": series.pk, "lo": lo, "hi": hi})
         else:
             width = ROLLUP_WIDTHS[level]
-            cursor.execute(_WITH_WALL_TIME.format(buckets=_ROLLUP_BUCKETS),
+            cursor.execute(_ROLLUP_BUCKETS_WALL if wall else _ROLLUP_BUCKETS,
                            {"w": out_width, "k": out_width // width, "series": series.pk,
                             "level": level, "lo": lo // width, "hi": hi // width})
         rows = cursor.fetchall()
@@ -64,15 +67,17 @@ def bucket_width(span: int, n_buckets: int, lo: int, hi: int) -> tuple[int, int]
 
 # The last value of a bucket is the one at its greatest step: array_agg ordered by step
 # keeps it without a second pass (groups hold fewer than 32 rows).
-_WITH_WALL_TIME = """
-    SELECT d.*, p.wall_time FROM ({buckets}) AS d
-    JOIN traces_tracepoint p ON p.series_id = %(series)s AND p.step = d.last_step
-    ORDER BY d.first"""
-
 _RAW_BUCKETS = """
-    SELECT b * %(w)s AS first, b * %(w)s + %(w)s - 1, min(value), max(value), max(step) AS last_step,
+    SELECT b * %(w)s, b * %(w)s + %(w)s - 1, min(value), max(value), max(step),
            (array_agg(value ORDER BY step DESC))[1]
     FROM (SELECT step / %(w)s AS b, step, value FROM traces_tracepoint
+          WHERE series_id = %(series)s AND step BETWEEN %(lo)s AND %(hi)s) AS p
+    GROUP BY b ORDER BY b"""
+
+_RAW_BUCKETS_WALL = """
+    SELECT b * %(w)s, b * %(w)s + %(w)s - 1, min(value), max(value), max(step),
+           (array_agg(value ORDER BY step DESC))[1], (array_agg(wall_time ORDER BY step DESC))[1]
+    FROM (SELECT step / %(w)s AS b, step, value, wall_time FROM traces_tracepoint
           WHERE series_id = %(series)s AND step BETWEEN %(lo)s AND %(hi)s) AS p
     GROUP BY b ORDER BY b"""
 
@@ -82,6 +87,14 @@ _ROLLUP_BUCKETS = """
     FROM (SELECT bucket / %(k)s AS b, min, max, last_step, last_value FROM traces_tracerollup
           WHERE series_id = %(series)s AND level = %(level)s AND bucket BETWEEN %(lo)s AND %(hi)s) AS r
     GROUP BY b ORDER BY b"""
+
+# Rollups keep no wall times: each output bucket looks its last step's up by primary key
+# (LATERAL, so PostgreSQL probes the index per bucket instead of joining the series' points).
+_ROLLUP_BUCKETS_WALL = f"""
+    SELECT d.*, w.wall_time FROM ({_ROLLUP_BUCKETS}) AS d
+    CROSS JOIN LATERAL (SELECT wall_time FROM traces_tracepoint
+                        WHERE series_id = %(series)s AND step = d.last_step) AS w
+    ORDER BY d.first"""
 
 
 def iter_points(job_id: int, keys: list[str] | None = None, chunk: int = 5000):

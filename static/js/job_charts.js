@@ -3,8 +3,8 @@
 // smoothing (EMA or running mean, the raw line kept faint), log y, and a zoom that re-reads
 // the visible window from the downsampled API.  A series with a single point is a number,
 // not a chart.  The x axis is the step, the wall time or the time since the run's first
-// point (each bucket carries the wall time of its last step); a zoom on a time axis reads
-// the steps that fall in the visible time.
+// point: on a time axis the series are read with the wall time of each bucket's last step
+// (asked only then: it costs the read a few ms), and a zoom reads the steps in view.
 window.JobCharts = (function () {
   "use strict";
   const MAX_POINTS = 20000;
@@ -20,6 +20,8 @@ window.JobCharts = (function () {
     const m = /^(.*\/)[^/_]+_([^/]+)$/.exec(key);
     return m ? `${m[1]}*_${m[2]}` : key;
   }
+
+  function timeAxis() { return options.xAxis !== "step"; }
 
   function fromBuckets(buckets) {
     return { x: buckets.map(b => b[4]), t: buckets.map(b => b[6]), lo: buckets.map(b => b[2]), hi: buckets.map(b => b[3]),
@@ -112,7 +114,9 @@ window.JobCharts = (function () {
       const range = event["xaxis.range"] || [event["xaxis.range[0]"], event["xaxis.range[1]"]];
       const steps = keys.map(key => stepWindow(key, range));
       if (steps.every(([start, end]) => end < start)) return;
-      const windows = await Promise.all(keys.map((key, i) => readWindow(key, steps[i][0], steps[i][1])));
+      const axis = options.xAxis;
+      const windows = await Promise.all(keys.map((key, i) => readWindow(key, steps[i][0], steps[i][1], timeAxis())));
+      if (options.xAxis !== axis) return;  // the axis changed meanwhile: this zoom is void
       keys.forEach((key, i) => { series[key].zoom = fromBuckets(windows[i]); });
       groups[name].div.dataset.window = `${steps[0][0]}-${steps[0][1]}`;
     } else return;
@@ -172,10 +176,24 @@ window.JobCharts = (function () {
         options.smoothing = e.target.value;
         Object.keys(groups).forEach(markDirty);
       });
-      document.getElementById("x-axis").addEventListener("change", e => {
+      document.getElementById("x-axis").addEventListener("change", async e => {
         options.xAxis = e.target.value;
         // A new axis starts unzoomed (its ui revision differs, so plotly drops the old ranges).
         Object.values(series).forEach(s => { s.zoom = null; });
+        // Series read without wall times are read again with them (live points carry theirs).
+        const lacking = Object.keys(series).filter(key => timeAxis() && series[key].t.some(t => t === undefined));
+        const axis = options.xAxis;
+        const again = await Promise.all(lacking.map(key => readWindow(key, undefined, undefined, true)));
+        if (options.xAxis !== axis) return;  // changed again meanwhile; that change redraws
+        Object.values(series).forEach(s => { s.zoom = null; });  // a zoom made meanwhile was on the old axis
+        lacking.forEach((key, i) => {
+          // Points that arrived live during the read stay (the read has what was stored before it).
+          const s = series[key], fresh = fromBuckets(again[i]);
+          const last = fresh.x.length ? fresh.x[fresh.x.length - 1] : -1;
+          const later = s.x.flatMap((x, j) => (x > last ? [j] : []));
+          for (const column of ["x", "t", "y", "lo", "hi"]) fresh[column].push(...later.map(j => s[column][j]));
+          Object.assign(s, fresh);
+        });
         Object.keys(groups).forEach(markDirty);
       });
       document.getElementById("log-y").addEventListener("change", e => {

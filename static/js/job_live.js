@@ -43,9 +43,10 @@
     badge.classList.toggle("on", on);
   }
 
-  async function readWindow(key, start, end) {
+  async function readWindow(key, start, end, wall) {
     const params = new URLSearchParams({ key: key, buckets: "1000" });
     if (start !== undefined) { params.set("start", start); params.set("end", end); }
+    if (wall) params.set("wall", "true");
     const response = await fetch(`/api/jobs/${jobId}/series/downsampled?${params}`);
     return response.ok ? (await response.json()).buckets : [];
   }

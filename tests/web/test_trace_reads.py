@@ -17,10 +17,10 @@ def wall_of(steps: np.ndarray) -> np.ndarray:
     return 1.7e9 + steps * 0.25
 
 
-def brute_force(steps: np.ndarray, values: np.ndarray, lo: int, hi: int, width: int) -> list[list]:
+def brute_force(steps: np.ndarray, values: np.ndarray, lo: int, hi: int, width: int, wall: bool) -> list[list]:
     """Buckets of ``width`` steps aligned to multiples of it over ``[lo, hi]``:
-    ``[start, end, min, max, last_step, last, wall time of last_step]``, from the raw points
-    (steps sorted)."""
+    ``[start, end, min, max, last_step, last]`` and, with ``wall``, the wall time of
+    last_step, from the raw points (steps sorted)."""
     keep = (steps >= lo) & (steps <= hi)
     s, v = steps[keep], values[keep]
     if not len(s):
@@ -29,7 +29,8 @@ def brute_force(steps: np.ndarray, values: np.ndarray, lo: int, hi: int, width: 
     starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
     ends = np.r_[starts[1:], len(s)] - 1
     return [
-        [int(b) * width, int(b) * width + width - 1, float(mn), float(mx), int(ls), float(lv), float(wall_of(ls))]
+        [int(b) * width, int(b) * width + width - 1, float(mn), float(mx), int(ls), float(lv)]
+        + ([float(wall_of(ls))] if wall else [])
         for b, mn, mx, ls, lv in zip(bucket[starts], np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts),
                                      s[ends], v[ends])
     ]
@@ -89,7 +90,8 @@ def test_downsampled_reads_equal_brute_force_at_every_level_and_edge(n_points, m
         # Bucket counts that land on every level this window allows, plus a few fixed ones.
         counts = {1, 7, 1000, MAX_BUCKETS} | {max(1, span // w) for w in ROLLUP_WIDTHS if w <= span}
         for asked in sorted(counts):
-            got = downsample(series, asked, start, end)
+            wall = asked % 2 == 1  # about half the reads with wall times
+            got = downsample(series, asked, start, end, wall=wall)
             n_buckets = min(asked, MAX_BUCKETS)  # larger asks are capped
             if hi < lo:
                 assert got["buckets"] == []
@@ -105,7 +107,7 @@ def test_downsampled_reads_equal_brute_force_at_every_level_and_edge(n_points, m
             assert hi // width - lo // width + 1 <= n_buckets
             if width > stored:
                 assert hi // (width - stored) - lo // (width - stored) + 1 > n_buckets
-            expected = brute_force(steps, values, lo // width * width, (hi // width + 1) * width - 1, width)
+            expected = brute_force(steps, values, lo // width * width, (hi // width + 1) * width - 1, width, wall)
             assert got["buckets"] == expected, (start, end, asked, got["level"])
     reachable = {level for level, w in enumerate(ROLLUP_WIDTHS) if w <= max(1, last - first + 1)}
     assert levels_seen == reachable
