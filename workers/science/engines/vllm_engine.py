@@ -101,7 +101,14 @@ class VLLMEngine:
         if cfg.kv_cache != "none":
             kwargs["kv_cache_dtype"] = cfg.kv_cache
         self.cfg = cfg
-        self.llm = LLM(**kwargs)
+        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+        try:
+            self.llm = LLM(**kwargs)
+        finally:
+            # In this process vLLM's CPU worker replaces torch.set_num_threads for the whole
+            # process (a no-op that warns); the caller's thread setting stays the caller's.
+            torch.set_num_threads = set_threads
+            torch.set_num_threads(threads)
         hf_config = self.llm.llm_engine.model_config.hf_config
         self.vocab_size = int(hf_config.vocab_size)
         self.eos_token_id, self.pad_token_id = special_token_ids(hf_config)

@@ -1,0 +1,73 @@
+"""The ``vllm`` rollout engine of a training run: built once, its weights replaced by the
+trainer's after every update, as verl and OpenRLHF sync theirs.
+
+The engine core runs in this process (:class:`~..engines.vllm_engine.VLLMEngine`'s
+default), so a sync hands the trainer's tensors over without copying them through a
+socket: the worker's ``reload_weights`` (vLLM's in-place layerwise reload) loads them by
+their checkpoint names, casts them to the engine's dtype and re-runs each layer's
+post-load processing.  A bare ``model.load_weights`` would skip that processing, which on
+vLLM's CPU backend packs the linear weights into the GEMM kernels' own layout (and empties
+the parameter), so the kernels could keep computing with the old weights.  After a sync
+the prefix cache is reset, so no KV computed with the old weights is reused.
+
+One engine per vLLM build (dtype, quantization, KV cache dtype, seed): the rollout
+config's, and the BF16 unit's where that differs (only on a GPU, where vLLM runs FP8).
+Each engine remembers which version of the trainer's weights it holds, so a version is
+pushed once however many batches it samples (async ``k`` steps behind: the weights of
+step ``t - k``).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping
+
+import torch
+
+from ..config import RolloutConfig
+from ..engines.vllm_engine import VLLMEngine
+
+
+def _build_key(cfg: RolloutConfig) -> tuple:
+    """What fixes a vLLM engine at construction (everything else is per request)."""
+    return cfg.dtype, cfg.weights, cfg.kv_cache, cfg.seed
+
+
+class SyncedVLLM:
+    """vLLM engines that follow a trainer's weights; ``sync_s`` totals the seconds spent
+    pushing weights."""
+
+    def __init__(self, model_dir: str, max_model_len: int | None = None) -> None:
+        self.model_dir = model_dir
+        self.max_model_len = max_model_len
+        self._engines: dict[tuple, VLLMEngine] = {}
+        self._versions: dict[tuple, int] = {}
+        self.sync_s = 0.0
+        self.syncs = 0
+
+    def engine(self, cfg: RolloutConfig, version: int,
+               weights: Callable[[], Mapping[str, torch.Tensor]]) -> VLLMEngine:
+        """The engine for ``cfg`` holding the trainer's weights of ``version``; ``weights``
+        gives them (checkpoint names) when the engine holds another version."""
+        key = _build_key(cfg)
+        if key not in self._engines:
+            self._engines[key] = VLLMEngine(self.model_dir, cfg, max_model_len=self.max_model_len)
+        engine = self._engines[key]
+        if self._versions.get(key) != version:
+            self.push(engine, weights())
+            self._versions[key] = version
+        return engine
+
+    def push(self, engine: VLLMEngine, weights: Mapping[str, torch.Tensor]) -> None:
+        """Load ``weights`` into the running ``engine`` and drop its cached prefixes."""
+        t0 = time.perf_counter()
+        engine.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights.items()),
+                                                            "is_checkpoint_format": True})
+        engine.llm.reset_prefix_cache()
+        self.sync_s += time.perf_counter() - t0
+        self.syncs += 1
+
+    def close(self) -> None:
+        for engine in self._engines.values():
+            engine.close()
+        self._engines.clear()
+        self._versions.clear()
