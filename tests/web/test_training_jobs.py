@@ -45,6 +45,13 @@ def test_a_config_cannot_choose_where_a_job_writes(member, toy_student, tmp_path
     assert Job.objects.count() == 0
 
 
+def test_a_train_config_may_sample_through_the_vllm_engine(toy_student):  # noqa: F811
+    from opdweb.jobs.actions import check_job_config
+
+    _, config = check_job_config("train", train_config(toy_student, rollout={"engine": "vllm", "dtype": "bf16"}))
+    assert config["rollout"]["engine"] == "vllm" and config["rollout"]["dtype"] == "bf16"
+
+
 def test_a_worker_killed_mid_training_resumes_from_its_last_checkpoint_without_duplicate_points(
         member, start_worker, toy_student, settings, service_env):  # noqa: F811
     import signal
