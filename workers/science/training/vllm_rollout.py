@@ -3,9 +3,9 @@ trainer's after every update, as verl and OpenRLHF sync theirs.
 
 The engine core runs in this process (:class:`~..engines.vllm_engine.VLLMEngine`'s
 default), so a sync hands the trainer's tensors over without copying them through a
-socket: the worker's ``reload_weights`` (vLLM's in-place layerwise reload) loads them by
-their checkpoint names, casts them to the engine's dtype and re-runs each layer's
-post-load processing.  A bare ``model.load_weights`` would skip that processing, which on
+socket: cast to the engine's dtype (as a trainer sends BF16), the worker's
+``reload_weights`` (vLLM's in-place layerwise reload) loads them by their checkpoint names
+and re-runs each layer's post-load processing.  A bare ``model.load_weights`` would skip that processing, which on
 vLLM's CPU backend packs the linear weights into the GEMM kernels' own layout (and empties
 the parameter), so the kernels could keep computing with the old weights.  After a sync
 the prefix cache is reset, so no KV computed with the old weights is reused.
@@ -24,6 +24,7 @@ from typing import Callable, Mapping
 import torch
 
 from ..config import RolloutConfig
+from ..engines.hf.loading import TORCH_DTYPES
 from ..engines.vllm_engine import VLLMEngine
 
 
@@ -53,15 +54,15 @@ class SyncedVLLM:
             self._engines[key] = VLLMEngine(self.model_dir, cfg, max_model_len=self.max_model_len)
         engine = self._engines[key]
         if self._versions.get(key) != version:
-            self.push(engine, weights())
+            self.push(engine, weights(), TORCH_DTYPES[cfg.dtype])
             self._versions[key] = version
         return engine
 
-    def push(self, engine: VLLMEngine, weights: Mapping[str, torch.Tensor]) -> None:
-        """Load ``weights`` into the running ``engine`` and drop its cached prefixes."""
+    def push(self, engine: VLLMEngine, weights: Mapping[str, torch.Tensor], dtype: torch.dtype) -> None:
+        """Load ``weights`` (cast to ``dtype``) into the running ``engine`` and drop its cached prefixes."""
         t0 = time.perf_counter()
-        engine.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights.items()),
-                                                            "is_checkpoint_format": True})
+        tensors = ((name, t.to(dtype)) for name, t in weights.items())
+        engine.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": tensors, "is_checkpoint_format": True})
         engine.llm.reset_prefix_cache()
         self.sync_s += time.perf_counter() - t0
         self.syncs += 1
