@@ -142,3 +142,17 @@ def test_opd_through_vllm_raises_held_out_accuracy(student, teacher):
     # Measured with LEARNING_RUN, start 37%, seeds 0 / 1 / 2: 90 / 90 / 90% (as the hf engine's 90%).
     report = run_training(OPDConfig(model=student, teacher=teacher, rollout=VLLM, **LEARNING_RUN))
     assert report["final_accuracy"] > report["start_accuracy"] + LEARNING_MARGIN, report["evals"]
+
+
+def test_resume_through_vllm_continues_the_same_trajectory(student, teacher, tmp_path):
+    # The resumed run starts a new engine and pushes the weights of step 3 - k into it.
+    def trace(rep):
+        return [(s, k, v) for s, k, v in rep.points if not k.startswith(("time/", "perf/"))]
+
+    kw = dict(model=student, teacher=teacher, steps=6, batch_size=32, eval_every=0, device="cpu", rollout=VLLM,
+              async_k=1, loss="sampled", correction="tis")
+    whole, resumed = RecordingReporter(), RecordingReporter()
+    run_training(OPDConfig(out=str(tmp_path / "a"), checkpoint_every=3, **kw), whole)
+    run_training(OPDConfig(out=str(tmp_path / "b"), resume_from=str(tmp_path / "a" / "checkpoint-000003"), **kw),
+                 resumed)
+    assert trace(resumed) == [p for p in trace(whole) if p[0] > 3] and len(trace(resumed)) > 30
