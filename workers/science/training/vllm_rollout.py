@@ -5,9 +5,10 @@ The engine core runs in this process (:class:`~..engines.vllm_engine.VLLMEngine`
 default), so a sync hands the trainer's tensors over without copying them through a
 socket: cast to the engine's dtype (as a trainer sends BF16), the worker's
 ``reload_weights`` (vLLM's in-place layerwise reload) loads them by their checkpoint names
-and re-runs each layer's post-load processing.  A bare ``model.load_weights`` would skip that processing, which on
-vLLM's CPU backend packs the linear weights into the GEMM kernels' own layout (and empties
-the parameter), so the kernels could keep computing with the old weights.  After a sync
+and re-runs each layer's post-load processing (``process_weights_after_loading``, where
+the CPU backend may re-pack linear weights for its GEMM kernels), which a bare
+``model.load_weights`` skips.  (On this project's CPU both give the engine the new weights;
+``reload_weights`` is vLLM's own path for in-place updates.)  After a sync
 the prefix cache is reset, so no KV computed with the old weights is reused.  Closing an
 in-process vLLM engine tears down vLLM's process-wide state (its distributed groups), which
 every other engine in the process uses: the run closes its engines together, at its end.
@@ -45,7 +46,6 @@ class SyncedVLLM:
         self._engines: dict[tuple, VLLMEngine] = {}
         self._versions: dict[tuple, int] = {}
         self.sync_s = 0.0
-        self.syncs = 0
 
     def engine(self, cfg: RolloutConfig, version: int,
                weights: Callable[[], Mapping[str, torch.Tensor]]) -> VLLMEngine:
@@ -67,7 +67,6 @@ class SyncedVLLM:
         engine.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": tensors, "is_checkpoint_format": True})
         engine.llm.reset_prefix_cache()
         self.sync_s += time.perf_counter() - t0
-        self.syncs += 1
 
     def close(self) -> None:
         for engine in self._engines.values():
