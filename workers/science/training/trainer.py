@@ -13,9 +13,9 @@ Trace keys (``reporter.log(step, ...)`` after every update): ``train/loss``,
 ``train/reverse_kl`` (sampled-token estimate, trainer vs teacher, where there is one),
 ``train/reward`` (exact match of the sampled responses), ``train/lr``, ``train/grad_norm``,
 ``train/response_len``, ``train/staleness``, ``mismatch/k3`` (rollout engine vs trainer on
-the sampled tokens) and ``mismatch/multiple`` (over the BF16 engine's k3 measured at the
-start, by a BF16 engine of the rollout's kind), ``is/weight_mean|weight_max|clip_fraction|ess`` (raw ratios when no correction is
-on), ``is/masked_fraction``, ``perf/tokens_per_s``, ``time/rollout_s|teacher_s|update_s|step_s``
+the sampled tokens) and ``mismatch/multiple`` (over the k3 of a BF16 engine of the rollout
+engine's kind, measured at the start), ``is/weight_mean|weight_max|clip_fraction|ess`` (raw
+ratios when no correction is on), ``is/masked_fraction``, ``perf/tokens_per_s``, ``time/rollout_s|teacher_s|update_s|step_s``
 (``time/weight_sync_s``, part of the rollout time, with engine vllm)
 and ``time/step_overlapped_s`` (modelled: with async_k >= 1 the rollout hides behind the
 teacher and update passes).  ``eval/accuracy`` at step 0, every ``eval_every`` steps and at
