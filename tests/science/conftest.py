@@ -52,3 +52,14 @@ def student(toy_dir) -> str:
 @pytest.fixture(scope="session")
 def teacher(toy_dir) -> str:
     return str(toy_dir / "teacher")
+
+
+@pytest.fixture
+def no_weights_read(monkeypatch):
+    """Fail the test if any checkpoint's weights are loaded."""
+    from transformers import AutoModelForCausalLM
+
+    def refuse(*a, **k):
+        raise AssertionError("weights were loaded before the refusal")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", refuse)

