@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
+from django.http import QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from opdweb.api import load_json
-from opdweb.budgets.access import visible_budget
-from opdweb.configs.access import visible_config
 from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.compare import compared_jobs, metric_rows, parameter_rows, parse_compared_ids, shared_trace_keys
@@ -28,6 +28,11 @@ from opdweb.traces.models import TraceSeries
 from workers.science.entrypoints import KINDS
 
 LOG_PAGE_LINES = 500
+
+#: Per kind, a function ``(user, query parameters, example config) -> form fields`` that fills
+#: the new-job form from objects named in the link (a config and a budget for an admission
+#: check); apps register theirs, so this app needs none of theirs.
+FORM_PREFILLS: dict[str, Callable[[object, QueryDict, dict], dict]] = {}
 
 
 @login_required
@@ -68,9 +73,8 @@ def job_new(request):
         form.update(kind=request.GET["kind"], config=json.dumps(examples[request.GET["kind"]], indent=2))
     if request.GET.get("clone", "").isdigit():
         form.update(cloned_form(request.user, int(request.GET["clone"]), request.GET.get("prompts", "")))
-    elif request.GET.get("kind") == "admission" and request.GET.get("budget", "").isdigit():
-        form.update(admission_form(request.user, int(request.GET["budget"]), request.GET.get("rollout", ""),
-                                   examples["admission"]))
+    elif request.GET.get("kind") in FORM_PREFILLS:
+        form.update(FORM_PREFILLS[request.GET["kind"]](request.user, request.GET, examples[request.GET["kind"]]))
     error = None
     if request.method == "POST":
         form = {k: request.POST.get(k, "") for k in ("kind", "config", "name", "team")}
@@ -89,21 +93,6 @@ def job_new(request):
         status = 200
     context = {"form": form, "teams": teams, "kinds": KINDS.values(), "error": error, "examples": examples}
     return render(request, "jobs/new.html", context, status=status if error else 200)
-
-
-def admission_form(user, budget_id: int, rollout_id: str, example: dict) -> dict:
-    """The form for an admission check of a saved rollout config (if given) against a budget
-    the user can see: the budget's checkpoint, task and unit engine, so the check is
-    comparable to it."""
-    budget = visible_budget(user, budget_id)
-    config = {**example, "model": budget.checkpoint, "task": budget.task, "reference_engine": budget.unit_engine,
-              "budget": budget.pk}
-    name = f"admission vs budget #{budget.pk}"
-    if rollout_id.isdigit():
-        record = visible_config(user, int(rollout_id))
-        config["rollout"] = record.config
-        name = f"{record.name} vs budget #{budget.pk}"
-    return {"kind": "admission", "config": json.dumps(config, indent=2), "name": name, "team": budget.team.slug}
 
 
 def cloned_form(user, job_id: int, prompts: str) -> dict:

@@ -159,4 +159,4 @@ def test_the_openapi_document_describes_bodies_queries_and_problems(api):
     selftest = schema["components"]["schemas"]["SelftestSubmission"]
     assert set(selftest["properties"]) == {"kind", "config", "name", "team"}
     params = {p["name"] for p in schema["paths"]["/api/jobs/{job_id}/series/downsampled"]["get"]["parameters"]}
-    assert params == {"job_id", "key", "buckets", "start", "end"}
+    assert params == {"job_id", "key", "buckets", "start", "end", "wall"}
