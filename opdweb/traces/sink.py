@@ -179,7 +179,9 @@ class TraceSink:
         # A writer thread owns flushes, unless the caller holds a transaction its points
         # must stay inside (see the module docstring).
         self.threaded = self.flush_seconds > 0 and not connection.in_atomic_block
-        self._cond = threading.Condition(threading.Lock())
+        # ``with self._lock`` (C-level) rather than ``with self._cond`` on the per-step path.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._pending = PendingPoints()
         self._oldest: float | None = None
         self._added = 0  # points ever added
@@ -214,10 +216,9 @@ class TraceSink:
         if step < 0:
             raise ValueError("trace steps start at 0")
         wall = time.time() if wall_time is None else wall_time
-        with self._cond:
-            self._raise_error()
-            if self._closing or self._closed:
-                raise RuntimeError("this trace sink is closed")
+        with self._lock:
+            if self._error is not None or self._closing or self._closed:
+                self._refuse_locked()
             self._added_locked(self._pending.add(step, wall, values))
 
     def add_many(self, key: str, steps, values, wall_times) -> None:
@@ -225,11 +226,14 @@ class TraceSink:
         steps = list(steps)
         if steps and min(steps) < 0:
             raise ValueError("trace steps start at 0")
-        with self._cond:
-            self._raise_error()
-            if self._closing or self._closed:
-                raise RuntimeError("this trace sink is closed")
+        with self._lock:
+            if self._error is not None or self._closing or self._closed:
+                self._refuse_locked()
             self._added_locked(self._pending.add_many(key, steps, values, wall_times))
+
+    def _refuse_locked(self) -> None:
+        self._raise_error()
+        raise RuntimeError("this trace sink is closed")
 
     def _added_locked(self, n: int) -> None:
         if not n:
@@ -257,10 +261,10 @@ class TraceSink:
     def flush(self) -> int:
         """Write (and publish) everything added so far; returns how many points that was."""
         if not self.threaded:
-            with self._cond:
+            with self._lock:
                 self._raise_error()
                 return self._flush_inline()
-        with self._cond:
+        with self._lock:
             target = self._added
             before = self._done
             self._flush_asked = True
@@ -277,16 +281,16 @@ class TraceSink:
             return
         self._closed = True
         if self.threaded:
-            with self._cond:
+            with self._lock:
                 self._closing = True
                 self._cond.notify_all()
             self._thread.join()
             self._followup_thread.join()
         else:
-            with self._cond:
+            with self._lock:
                 self._flush_inline()
             self._finish_analyze()
-        with self._cond:
+        with self._lock:
             self._raise_error()
 
     def _raise_error(self) -> None:
@@ -313,7 +317,7 @@ class TraceSink:
             except Exception:  # noqa: BLE001 - the first write will say what is wrong
                 pass
             while True:
-                with self._cond:
+                with self._lock:
                     while True:
                         if self._pending.count:
                             if self._flush_asked or self._closing or self._pending.count >= self.flush_points:
@@ -339,10 +343,10 @@ class TraceSink:
                     log.warning("trace sink of job %s: a batch of %s points failed", self.job_id, pending.count,
                                 exc_info=True)
                     connection.close_if_unusable_or_obsolete()
-                    with self._cond:
+                    with self._lock:
                         self._error = self._error or exc
                 finally:
-                    with self._cond:
+                    with self._lock:
                         self._done += pending.count
                         self._cond.notify_all()
         finally:
