@@ -41,13 +41,14 @@ def fresh_tables():
         cursor.execute("TRUNCATE traces_tracepoint, traces_tracerollup, traces_traceseries")
 
 
-def columns():
-    """Each key's values, as a run would log them."""
-    steps = np.arange(STEPS)
-    return [((steps * 7919 + k * 104729) % 1000 / 10.0).tolist() for k in range(KEYS)]
+def columns(keys: int = KEYS, steps: int = STEPS) -> np.ndarray:
+    """Each key's values (one row per key), the same every run."""
+    step = np.arange(steps)
+    return np.stack([(step * 7919 + k * 104729) % 1000 / 10.0 for k in range(keys)])
 
 
-def bench_sink(team, publish: bool) -> float:
+def bench_sink(team, publish: bool, keys: int = KEYS, steps: int = STEPS):
+    """Seconds from making the sink to ``close()`` returning, and the job written."""
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
@@ -60,17 +61,17 @@ def bench_sink(team, publish: bool) -> float:
         layer = get_channel_layer()
         channel = async_to_sync(layer.new_channel)()
         async_to_sync(layer.group_add)(live.job_group(job.pk), channel)
-    keys = [f"bench/key{k}" for k in range(KEYS)]
-    cols = columns()
+    names = [f"bench/key{k}" for k in range(keys)]
+    cols = columns(keys, steps).tolist()  # Python floats, as a run logs them
     start = time.perf_counter()
     sink = TraceSink(job.pk, publish=(lambda messages: live.publish(job.pk, messages)) if publish else None)
-    for step in range(STEPS):
-        sink.add(step, {key: col[step] for key, col in zip(keys, cols)}, wall_time=WALL0 + step)
+    for step in range(steps):
+        sink.add(step, {name: col[step] for name, col in zip(names, cols)}, wall_time=WALL0 + step)
     sink.close()
     elapsed = time.perf_counter() - start
     if publish:
         async_to_sync(layer.group_discard)(live.job_group(job.pk), channel)
-    return elapsed
+    return elapsed, job
 
 
 def series_ids(team, name) -> list[int]:
@@ -89,7 +90,7 @@ def bench_copy_floor(team, by_series: bool) -> float:
     ids = series_ids(team, "floor")
     steps = np.repeat(np.arange(STEPS, dtype=np.int64), KEYS)
     sid = np.tile(np.asarray(ids, dtype=np.int64), STEPS)
-    values = np.asarray(columns(), dtype=np.float64).T.ravel()
+    values = columns().T.ravel()
     if by_series:
         order = np.lexsort((steps, sid))
         steps, sid, values = steps[order], sid[order], values[order]
@@ -105,7 +106,7 @@ def bench_bulk_create(team) -> float:
     from opdweb.traces.models import TracePoint
 
     ids = series_ids(team, "orm")
-    cols = columns()
+    cols = columns().tolist()
     start = time.perf_counter()
     with transaction.atomic():
         TracePoint.objects.bulk_create(
@@ -128,8 +129,8 @@ def main() -> int:
         team, _, _ = team_and_user()
         runs = {"COPY floor, as logged": lambda: bench_copy_floor(team, False),
                 "COPY floor, by series": lambda: bench_copy_floor(team, True),
-                "sink, publishing on": lambda: bench_sink(team, True),
-                "sink, publishing off": lambda: bench_sink(team, False)}
+                "sink, publishing on": lambda: bench_sink(team, True)[0],
+                "sink, publishing off": lambda: bench_sink(team, False)[0]}
         if args.orm:
             runs["ORM bulk_create"] = lambda: bench_bulk_create(team)
         results = {name: [] for name in runs}

@@ -64,13 +64,19 @@ def make_job(team, name: str, state: str = "running"):
     return Job.objects.create(team=team, kind="selftest", name=name, config={}, state=state)
 
 
-def child_env() -> dict:
-    """Environment for child processes: this (bench) database, the same Redis."""
+def database_url(name: str | None = None, scheme: str = "postgres") -> str:
+    """A URL of the server Django uses, for the database ``name`` (default: the bench
+    database Django is on now)."""
     db = connection.settings_dict
     host = quote(db["HOST"], safe="") if db["HOST"].startswith("/") else db["HOST"]
     port = f":{db['PORT']}" if db.get("PORT") else ""
     auth = db["USER"] + (f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else "")
-    return {**os.environ, "DATABASE_URL": f"postgres://{auth}@{host}{port}/{db['NAME']}", "PYTHONUNBUFFERED": "1"}
+    return f"{scheme}://{auth}@{host}{port}/{name or db['NAME']}"
+
+
+def child_env() -> dict:
+    """Environment for child processes: this (bench) database, the same Redis."""
+    return {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1"}
 
 
 @contextlib.contextmanager

@@ -11,6 +11,10 @@ inside an open transaction (a test, a management command wrapping its work in on
 cannot hand its points to another connection, which would not see the job row nor honour
 the transaction; it flushes in the caller instead, from ``add`` and ``flush``.
 
+Cost per point.  ``add`` is a few list operations per call, whatever the number of keys
+(:mod:`opdweb.traces.pending`); a flush turns the calls into arrays, encodes the COPY
+stream in whole-array operations, and reduces the rollup pyramid level from level.
+
 Writes are replay-safe.  Points COPY straight into their table inside a savepoint; if any
 already exists (a requeued job re-emitting its steps) the batch goes through a staging
 table with ``ON CONFLICT DO NOTHING`` instead.  Rollup buckets that start after a
@@ -46,6 +50,7 @@ import psycopg
 from django.db import connection, transaction
 
 from opdweb.traces.models import ROLLUP_WIDTHS, TraceSeries
+from opdweb.traces.pending import Arrays, PendingPoints
 
 log = logging.getLogger(__name__)
 
@@ -72,27 +77,37 @@ _COPY_TRAILER = b"\xff\xff"
 _PG_TYPES = {"int8": (">i8", 8), "int2": (">i2", 2), "float8": (">f8", 8)}
 
 
-def encode_binary_copy(columns: list[tuple[str, np.ndarray]]) -> bytes:
-    """Rows for ``COPY ... FROM STDIN (FORMAT BINARY)`` from parallel columns of
-    ``(pg_type, array)``, built in one vectorised pass instead of a Python loop per row."""
+def encode_binary_copy(columns: list[tuple[str, np.ndarray]]) -> memoryview:
+    """The whole ``COPY ... FROM STDIN (FORMAT BINARY)`` stream for parallel columns of
+    ``(pg_type, array)``, in one buffer filled by whole-array operations: every row's
+    field count and lengths are one row pattern broadcast over the rows, then each column
+    goes into its field (byte-swapped on the way).  No Python object per row, and no copy
+    of the buffer afterwards."""
     n = len(columns[0][1])
     fields = [("count", ">i2")]
     for i, (pg_type, _) in enumerate(columns):
         fields += [(f"len{i}", ">i4"), (f"val{i}", _PG_TYPES[pg_type][0])]
-    rows = np.empty(n, dtype=np.dtype(fields))
-    rows["count"] = len(columns)
-    for i, (pg_type, values) in enumerate(columns):
-        rows[f"len{i}"] = _PG_TYPES[pg_type][1]
+    row = np.zeros(1, dtype=np.dtype(fields))
+    row["count"] = len(columns)
+    for i, (pg_type, _) in enumerate(columns):
+        row[f"len{i}"] = _PG_TYPES[pg_type][1]
+    stream = np.empty(len(_COPY_SIGNATURE) + n * row.itemsize + len(_COPY_TRAILER), dtype=np.uint8)
+    stream[: len(_COPY_SIGNATURE)] = np.frombuffer(_COPY_SIGNATURE, dtype=np.uint8)
+    stream[len(stream) - len(_COPY_TRAILER):] = np.frombuffer(_COPY_TRAILER, dtype=np.uint8)
+    body = stream[len(_COPY_SIGNATURE): len(stream) - len(_COPY_TRAILER)]
+    body.reshape(n, row.itemsize)[:] = row.view(np.uint8)
+    rows = body.view(row.dtype)
+    for i, (_, values) in enumerate(columns):
         rows[f"val{i}"] = values
-    return _COPY_SIGNATURE + rows.tobytes() + _COPY_TRAILER
+    return memoryview(stream)
 
 
-def copy_into(cursor, table: str, names: Iterable[str], data: bytes) -> None:
+def copy_into(cursor, table: str, names: Iterable[str], data: bytes | memoryview) -> None:
     with cursor.copy(f"COPY {table} ({', '.join(names)}) FROM STDIN (FORMAT BINARY)") as copy:
         copy.write(data)
 
 
-def live_messages(arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[dict]:
+def live_messages(arrays: Arrays) -> list[dict]:
     """The live messages for one flush: per key, its points in strictly increasing step
     order (a replayed step keeps its first value, as the table does), packed as columns."""
     keys, counts, steps, walls, values = [], [], [], [], []
@@ -164,9 +179,10 @@ class TraceSink:
         # A writer thread owns flushes, unless the caller holds a transaction its points
         # must stay inside (see the module docstring).
         self.threaded = self.flush_seconds > 0 and not connection.in_atomic_block
-        self._cond = threading.Condition(threading.Lock())
-        self._buffer: dict[str, tuple[list[int], list[float], list[float]]] = {}
-        self._count = 0
+        # ``with self._lock`` (C-level) rather than ``with self._cond`` on the per-step path.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._pending = PendingPoints()
         self._oldest: float | None = None
         self._added = 0  # points ever added
         self._done = 0  # points ever taken by a finished write (or a failed one)
@@ -192,7 +208,7 @@ class TraceSink:
             self._thread.start()
 
     def __len__(self) -> int:
-        return self._count
+        return self._pending.count
 
     # -- adding -------------------------------------------------------------------------
 
@@ -200,54 +216,44 @@ class TraceSink:
         if step < 0:
             raise ValueError("trace steps start at 0")
         wall = time.time() if wall_time is None else wall_time
-        with self._cond:
-            self._raise_error()
-            if self._closing or self._closed:
-                raise RuntimeError("this trace sink is closed")
-            buffer = self._buffer
-            for key, value in values.items():
-                columns = buffer.get(key)
-                if columns is None:  # not setdefault: that would build three lists per point
-                    columns = buffer[key] = ([], [], [])
-                columns[0].append(step)
-                columns[1].append(wall)
-                columns[2].append(value)
-            self._added_locked(len(values))
+        with self._lock:
+            if self._error is not None or self._closing or self._closed:
+                self._refuse_locked()
+            self._added_locked(self._pending.add(step, wall, values))
 
     def add_many(self, key: str, steps, values, wall_times) -> None:
         """Bulk form for imports and benchmarks: one key, parallel sequences."""
         steps = list(steps)
         if steps and min(steps) < 0:
             raise ValueError("trace steps start at 0")
-        with self._cond:
-            self._raise_error()
-            if self._closing or self._closed:
-                raise RuntimeError("this trace sink is closed")
-            columns = self._buffer.get(key)
-            if columns is None:
-                columns = self._buffer[key] = ([], [], [])
-            columns[0].extend(steps)
-            columns[1].extend(wall_times)
-            columns[2].extend(values)
-            self._added_locked(len(steps))
+        with self._lock:
+            if self._error is not None or self._closing or self._closed:
+                self._refuse_locked()
+            self._added_locked(self._pending.add_many(key, steps, values, wall_times))
+
+    def _refuse_locked(self) -> None:
+        self._raise_error()
+        raise RuntimeError("this trace sink is closed")
 
     def _added_locked(self, n: int) -> None:
         if not n:
             return
-        was_empty = self._count == 0
-        self._count += n
+        count = self._pending.count
         self._added += n
         if not self.threaded:
             now = time.monotonic()
             if self._oldest is None:
                 self._oldest = now
-            if self._count >= self.flush_points or now - self._oldest >= self.flush_seconds:
+            if count >= self.flush_points or now - self._oldest >= self.flush_seconds:
                 self._flush_inline()
             return
-        if was_empty or self._count >= self.flush_points:
+        # Wake the writer when there is something new for it to decide on: the first
+        # points after it emptied the buffer, or the buffer reaching ``flush_points``.
+        # Not on every add past that: a busy writer looks at the buffer again anyway.
+        if count == n or count - n < self.flush_points <= count:
             self._cond.notify_all()
         # Back-pressure: a producer far faster than the database waits for the writer.
-        while self._count >= 8 * self.flush_points and not self._closing and self._error is None:
+        while self._pending.count >= 8 * self.flush_points and not self._closing and self._error is None:
             self._cond.wait(0.5)
 
     # -- flushing -----------------------------------------------------------------------
@@ -255,10 +261,10 @@ class TraceSink:
     def flush(self) -> int:
         """Write (and publish) everything added so far; returns how many points that was."""
         if not self.threaded:
-            with self._cond:
+            with self._lock:
                 self._raise_error()
                 return self._flush_inline()
-        with self._cond:
+        with self._lock:
             target = self._added
             before = self._done
             self._flush_asked = True
@@ -275,16 +281,16 @@ class TraceSink:
             return
         self._closed = True
         if self.threaded:
-            with self._cond:
+            with self._lock:
                 self._closing = True
                 self._cond.notify_all()
             self._thread.join()
             self._followup_thread.join()
         else:
-            with self._cond:
+            with self._lock:
                 self._flush_inline()
             self._finish_analyze()
-        with self._cond:
+        with self._lock:
             self._raise_error()
 
     def _raise_error(self) -> None:
@@ -292,17 +298,16 @@ class TraceSink:
             error, self._error = self._error, None
             raise error
 
-    def _take_locked(self):
-        buffer, count = self._buffer, self._count
-        self._buffer, self._count, self._oldest = {}, 0, None
-        return buffer, count
+    def _take_locked(self) -> PendingPoints:
+        pending, self._pending, self._oldest = self._pending, PendingPoints(), None
+        return pending
 
     def _flush_inline(self) -> int:
-        buffer, count = self._take_locked()
-        if count:
-            self._write(buffer)
-            self._done += count
-        return count
+        pending = self._take_locked()
+        if pending.count:
+            self._write(pending)
+            self._done += pending.count
+        return pending.count
 
     def _writer(self) -> None:
         """The writer thread: waits for points, flushes when they are due."""
@@ -312,10 +317,10 @@ class TraceSink:
             except Exception:  # noqa: BLE001 - the first write will say what is wrong
                 pass
             while True:
-                with self._cond:
+                with self._lock:
                     while True:
-                        if self._count:
-                            if self._flush_asked or self._closing or self._count >= self.flush_points:
+                        if self._pending.count:
+                            if self._flush_asked or self._closing or self._pending.count >= self.flush_points:
                                 break
                             wait = self._last_start + self.flush_seconds - time.monotonic()
                             if wait <= 0:
@@ -326,22 +331,23 @@ class TraceSink:
                         else:
                             self._flush_asked = False
                             # Idle: give the connection back rather than hold a session.
-                            if not self._cond.wait(IDLE_CLOSE_SECONDS) and not self._count:
+                            if not self._cond.wait(IDLE_CLOSE_SECONDS) and not self._pending.count:
                                 connection.close()
                     self._last_start = time.monotonic()
                     self._flush_asked = False
-                    buffer, count = self._take_locked()
+                    pending = self._take_locked()
                     self._cond.notify_all()  # a producer held back by back-pressure may go on
                 try:
-                    self._write(buffer)
+                    self._write(pending)
                 except Exception as exc:  # noqa: BLE001 - handed to the caller
-                    log.warning("trace sink of job %s: a batch of %s points failed", self.job_id, count, exc_info=True)
+                    log.warning("trace sink of job %s: a batch of %s points failed", self.job_id, pending.count,
+                                exc_info=True)
                     connection.close_if_unusable_or_obsolete()
-                    with self._cond:
+                    with self._lock:
                         self._error = self._error or exc
                 finally:
-                    with self._cond:
-                        self._done += count
+                    with self._lock:
+                        self._done += pending.count
                         self._cond.notify_all()
         finally:
             self._finish_analyze()
@@ -382,20 +388,16 @@ class TraceSink:
         else:
             self._after_commit(what, arg)
 
-    def _write(self, buffer) -> None:
+    def _write(self, pending: PendingPoints) -> None:
         """Write one batch (in whichever thread flushes); publishing follows the commit."""
-        arrays = {
-            key: (np.asarray(steps, dtype=np.int64), np.asarray(walls, dtype=np.float64),
-                  np.asarray(vals, dtype=np.float64))
-            for key, (steps, walls, vals) in buffer.items()
-        }
+        arrays = pending.arrays()
         written = write_points(self.job_id, arrays)
         if self.publish is not None:
             if self._followup is not None and self._followup.qsize() > MAX_UNPUBLISHED:
                 # The channel cannot keep up: the database has the points, and a page
                 # that reconnects gets them; memory stays bounded.
                 log.warning("trace sink of job %s: live channel behind, %s points not published", self.job_id,
-                            sum(len(a[0]) for a in arrays.values()))
+                            pending.count)
             else:
                 self._then("publish", arrays)
         if self.analyze:
@@ -406,7 +408,7 @@ class TraceSink:
             self._then("closing")
 
 
-def write_points(job_id: int, arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, int]:
+def write_points(job_id: int, arrays: Arrays) -> dict[str, int]:
     """Write one batch, ``{key: (steps, wall_times, values)}``, in one transaction: the
     series rows, the points and the rollups.  Returns the rows written per table.
 
@@ -519,27 +521,40 @@ def _write_points(cursor, sid, steps, walls, values, replay: bool) -> None:
     )
 
 
+# Each level's buckets are whole buckets of the level below, so a level can be reduced
+# from the one below it (min of minima, max of maxima, the last of the lasts).
+assert all(wide % narrow == 0 for narrow, wide in zip(ROLLUP_WIDTHS, ROLLUP_WIDTHS[1:]))
+
+
 def rollup_columns(sid: np.ndarray, steps: np.ndarray, values: np.ndarray,
                    presorted: bool = False) -> dict[str, np.ndarray]:
     """Min, max and last per (series, level, bucket) for one batch of points, for every
-    stored level.  Sorted by (series, step) (unless ``presorted``), every level's groups
-    are contiguous, so each level is a ``reduceat`` over the same arrays."""
+    stored level.  Sorted by (series, step) (unless ``presorted``), each level's groups
+    are contiguous runs of the level below: level 1 is a ``reduceat`` over the points
+    (level 0, one bucket per step), every higher one over the rows of the level below it,
+    which are 1/32 of the points or fewer."""
     if not presorted:
         order = np.lexsort((steps, sid))
         sid, steps, values = sid[order], steps[order], values[order]
     parts: dict[str, list[np.ndarray]] = {name: [] for name in ROLLUP_COLUMNS}
+    below = {"series_id": sid, "bucket": steps, "min": values, "max": values, "last_step": steps, "last_value": values}
     for level in range(1, len(ROLLUP_WIDTHS)):
-        bucket = steps // ROLLUP_WIDTHS[level]
-        change = np.flatnonzero((np.diff(sid) != 0) | (np.diff(bucket) != 0)) + 1
+        bucket = below["bucket"] // (ROLLUP_WIDTHS[level] // ROLLUP_WIDTHS[level - 1])
+        series = below["series_id"]
+        change = np.flatnonzero((series[1:] != series[:-1]) | (bucket[1:] != bucket[:-1])) + 1
         starts = np.concatenate(([0], change))
-        ends = np.concatenate((change, [len(steps)])) - 1
-        parts["series_id"].append(sid[starts])
+        ends = np.concatenate((change, [len(bucket)])) - 1
+        below = {
+            "series_id": series[starts],
+            "bucket": bucket[starts],
+            "min": np.minimum.reduceat(below["min"], starts),
+            "max": np.maximum.reduceat(below["max"], starts),
+            "last_step": below["last_step"][ends],
+            "last_value": below["last_value"][ends],
+        }
+        for name, column in below.items():
+            parts[name].append(column)
         parts["level"].append(np.full(len(starts), level, dtype=np.int16))
-        parts["bucket"].append(bucket[starts])
-        parts["min"].append(np.minimum.reduceat(values, starts))
-        parts["max"].append(np.maximum.reduceat(values, starts))
-        parts["last_step"].append(steps[ends])
-        parts["last_value"].append(values[ends])
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}
 
 
