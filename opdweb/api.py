@@ -9,6 +9,7 @@ here knows any app.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
@@ -18,11 +19,13 @@ from typing import Any, Callable, get_origin
 
 from django.http import Http404, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
-from django.views.decorators.gzip import gzip_page
 from django.urls import path
+from django.utils.cache import patch_vary_headers
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from opdweb.refusals import Refused
+
+ACCEPTS_GZIP = re.compile(r"\bgzip\b")
 
 # JSON deeper than this is refused: nothing we accept nests that far, and Python's
 # recursion (the decoder, pydantic, the encoder) gives out around 1,000 levels.
@@ -181,16 +184,13 @@ class Api:
         return JsonResponse(self.openapi())
 
     def _dispatcher(self, methods: dict[str, Endpoint]):
-        # Compressed for clients that accept gzip: a chart read's 1,000 buckets shrink about
-        # 3x.  API answers carry no CSRF token or other secret beside reflected input.
-        @gzip_page
         def dispatch(request, **kwargs):
             endpoint = methods.get(request.method)
             if endpoint is None:
                 response = problem(405, f"{request.method} not allowed; use {', '.join(sorted(methods))}")
                 response["Allow"] = ", ".join(sorted(methods))
                 return response
-            return self.handle(endpoint, request, kwargs)
+            return gzipped(request, self.handle(endpoint, request, kwargs))
 
         return dispatch
 
@@ -264,6 +264,23 @@ class Api:
 
 # Every string the API takes is refused with a NUL in it (PostgreSQL cannot store one).
 NO_NUL = "^[^\\x00]*$"
+
+
+def gzipped(request, response: HttpResponseBase) -> HttpResponseBase:
+    """The answer gzip-compressed at level 1 for a client that accepts gzip (whole answers
+    of 1 KB or more; streamed exports go as they are).  A chart read's 80 KB of JSON becomes
+    37 KB in about 1 ms, where Django's GZipMiddleware (level 6) takes 5.5 ms for 35 KB.  API
+    answers carry no CSRF token or other secret beside reflected input, so compressing them
+    does not open the BREACH attack the pages would."""
+    if response.streaming or len(response.content) < 1024 or response.has_header("Content-Encoding"):
+        return response
+    patch_vary_headers(response, ("Accept-Encoding",))
+    if not ACCEPTS_GZIP.search(request.headers.get("Accept-Encoding", "")):
+        return response
+    response.content = gzip.compress(response.content, compresslevel=1, mtime=0)
+    response["Content-Encoding"] = "gzip"
+    response["Content-Length"] = str(len(response.content))
+    return response
 
 
 def _without_nul(schema):

@@ -72,13 +72,16 @@ def test_a_replay_writes_no_duplicates_and_leaves_rollups_unchanged(job):
     ]
 
 
-def test_the_level_choice_is_the_coarsest_that_still_fits():
-    for span in (1, 7, 100, 1000, 10**4, 10**6, 10**8):
+def test_the_level_choice_is_the_coarsest_that_gives_at_least_half_the_buckets():
+    for span in (1, 7, 100, 1000, 10**4, 30_000, 10**6, 10**8):
         for n in (1, 10, 1000):
             level = choose_level(span, n)
-            assert ROLLUP_WIDTHS[level] <= max(1, span / n)
+            assert level == 0 or span / ROLLUP_WIDTHS[level] >= n / 2
             if level + 1 < len(ROLLUP_WIDTHS):
-                assert ROLLUP_WIDTHS[level + 1] > span / n
+                assert span / ROLLUP_WIDTHS[level + 1] < n / 2
+    # By hand: 30,000 steps into 1,000 buckets read level 1 (937.5 buckets of 32 steps),
+    # 10,000 steps the raw points (level 1 would give only 312).
+    assert (choose_level(30_000, 1000), choose_level(10_000, 1000), choose_level(16_000, 1000)) == (1, 0, 1)
 
 
 def test_rollups_equal_brute_force_at_every_level(job):
