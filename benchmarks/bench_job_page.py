@@ -40,20 +40,39 @@ def ingest(team, keys: int, steps: int):
     return job
 
 
-def measure(page, url: str, keys: int) -> tuple[float, float, int]:
-    """One load: (ms to the first chart's lines, ms to every chart's, bytes received)."""
+# Where a load's time went, from the page's own timings (ms from the start of navigation):
+# the HTML received, the deferred scripts run (plotly included), the first chart read
+# (asked, its first byte, received), and the first chart's Plotly.newPlot (its start and
+# its length).
+BREAKDOWN = """() => {
+  const nav = performance.getEntriesByType("navigation")[0];
+  const reads = performance.getEntriesByType("resource").filter(e => e.name.includes("/series/"));
+  const plot = performance.getEntriesByName("charts:first-plot")[0];
+  const first = reads.length ? reads.reduce((a, b) => (b.responseEnd < a.responseEnd ? b : a)) : null;
+  return { html: nav.responseEnd, scripts: nav.domContentLoadedEventStart,
+           read_asked: first ? first.startTime : NaN, read_first_byte: first ? first.responseStart : NaN,
+           read: first ? first.responseEnd : NaN,
+           plot_start: plot ? plot.startTime : NaN, plot: plot ? plot.duration : NaN };
+}"""
+STAGES = ("html", "scripts", "read_asked", "read_first_byte", "read", "plot_start", "plot")
+
+
+def measure(page, url: str, keys: int) -> tuple[float, float, int, dict]:
+    """One load: (ms to the first chart's lines, ms to every chart's, bytes received, where
+    the time went)."""
     received = []
     page.on("requestfinished", lambda request: received.append(request.sizes()))
     page.goto(url, wait_until="commit")
     page.wait_for_function(FIRST_CHART, polling="raf", timeout=60_000)
     first = page.evaluate("performance.now()")
+    stages = page.evaluate(BREAKDOWN)
     page.wait_for_function(f"Array.from(document.querySelectorAll('#charts .chart'))"
                            f".filter(d => d.querySelector('.scatterlayer path.js-line')).length >= {keys}",
                            polling="raf", timeout=60_000)
     every = page.evaluate("performance.now()")
     page.wait_for_load_state("networkidle")
     size = sum(s["responseBodySize"] + s["responseHeadersSize"] for s in received)
-    return first, every, size
+    return first, every, size, stages
 
 
 def main() -> int:
@@ -91,10 +110,15 @@ def main() -> int:
         print(f"\nJob page, {args.keys} keys x {args.steps:,} points, Chromium headless, {args.reps} fresh profiles:")
         print(f"  {'':12s} {'loads':>5s} {'first chart p50':>16s} {'p95':>8s} {'all charts p50':>15s} {'p95':>8s}  bytes received")
         for kind, rows in results.items():
-            first, every, size = zip(*rows)
+            first, every, size, _ = zip(*rows)
             print(f"  {kind:12s} {len(rows):5d} {percentile(first, 50):13.0f} ms {percentile(first, 95):5.0f} ms "
                   f"{percentile(every, 50):12.0f} ms "
                   f"{percentile(every, 95):5.0f} ms  {min(size):,}-{max(size):,}")
+        print("\n  Where the first chart's time went, p50 of ms from the start of navigation: HTML received, deferred "
+              "scripts run (plotly), first read asked / first byte / received, first newPlot started, and its length:")
+        print(f"  {'':12s} " + " ".join(f"{name:>15s}" for name in STAGES))
+        for kind, rows in results.items():
+            print(f"  {kind:12s} " + " ".join(f"{percentile([r[3][name] for r in rows], 50):15.0f}" for name in STAGES))
         print(f"  (load average at the end: {load()})")
     return 0
 

@@ -4,6 +4,8 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "opdweb.settings")
+# Requests share a pool of database connections (see DATABASES in settings).
+os.environ.setdefault("OPDWEB_DB_POOL", "1")
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

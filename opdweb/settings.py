@@ -84,8 +84,19 @@ TEMPLATES = [
 DATABASES = {"default": env.db_url("DATABASE_URL", engine="django.db.backends.postgresql")}
 # A Unix-socket directory is written percent-encoded in the URL's host (the embedded server).
 DATABASES["default"]["HOST"] = unquote(DATABASES["default"]["HOST"])
-DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+# The ASGI server runs each request's sync code in a thread of its own, so a thread's
+# persistent connection would serve one request: there, a pool of connections is shared
+# by the threads instead (opdweb.asgi asks for it).  Workers and commands keep one
+# persistent connection per process (a pool opened before a fork would be shared by the
+# children).
+# Health checks: a connection is tested before use (handed out by the pool, or reused),
+# so a database restart costs no request.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if env.bool("OPDWEB_DB_POOL", default=False):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 16, "timeout": 10}
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL")

@@ -6,6 +6,7 @@ import json
 from collections import Counter
 
 from opdweb.jobs.access import visible_job
+from opdweb.jobs.history import history_reads
 from opdweb.jobs.models import Job
 from opdweb.refusals import Refused
 from opdweb.traces.models import TraceSeries
@@ -80,7 +81,14 @@ def results_value(result: dict, key: str):
     return value
 
 
-def shared_trace_keys(jobs: list[Job]) -> list[str]:
-    """Trace keys that at least two of the jobs have: the curves worth overlaying."""
-    counts = Counter(TraceSeries.objects.filter(job__in=jobs).values_list("key", flat=True))
-    return sorted(key for key, n in counts.items() if n >= 2)
+def compared_series(jobs: list[Job]) -> dict:
+    """Trace keys that at least two of the jobs have (the curves worth overlaying), and per
+    job the batched reads of those of them it has (``{job id: [url, ...]}``)."""
+    held = list(TraceSeries.objects.filter(job__in=jobs).order_by("key").values_list("job_id", "key"))
+    counts = Counter(key for _, key in held)
+    shared = sorted(key for key, n in counts.items() if n >= 2)
+    keys_of: dict[int, list[str]] = {job.pk: [] for job in jobs}
+    for job_id, key in held:
+        if counts[key] >= 2:
+            keys_of[job_id].append(key)
+    return {"trace_keys": shared, "trace_reads": {job_id: history_reads(job_id, keys) for job_id, keys in keys_of.items()}}

@@ -51,6 +51,9 @@ class JobReporter:
     def log(self, step: int, values: Mapping[str, float]) -> None:
         self.sink.add(step, values)
 
+    def flush(self) -> None:
+        self.sink.flush()
+
     def progress(self, frac: float, message: str = "") -> None:
         self.job.progress = max(0.0, min(1.0, float(frac)))
         self.job.message = message[:500]

@@ -15,7 +15,8 @@ from django.views.decorators.http import require_POST
 from opdweb.api import load_json
 from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
-from opdweb.jobs.compare import compared_jobs, metric_rows, parameter_rows, parse_compared_ids, shared_trace_keys
+from opdweb.jobs.compare import compared_jobs, compared_series, metric_rows, parameter_rows, parse_compared_ids
+from opdweb.jobs.history import history_reads
 from opdweb.jobs.listing import JobListView
 from opdweb.jobs.models import Job, JobState
 from opdweb.jobs.result_charts import result_charts
@@ -132,10 +133,16 @@ def job_detail(request, job_id: int):
          "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
          "mismatch": mismatch_summary(job.result), "result_charts": result_charts(job),
-         **log_context(job),
-         # In the page, so the charts' reads start before plotly has loaded.
-         "series": list(TraceSeries.objects.filter(job=job).order_by("key").values("key", "last_step"))},
+         **log_context(job), **chart_context(job)},
     )
+
+
+def chart_context(job) -> dict:
+    """The job's series (key and last step, from which the page resumes live), and the
+    batched reads of their whole history, which the page starts in its head, before
+    plotly and the rest of the page have loaded."""
+    series = list(TraceSeries.objects.filter(job=job).order_by("key").values("key", "last_step"))
+    return {"series": series, "history_reads": history_reads(job.pk, [s["key"] for s in series])}
 
 
 def log_context(job) -> dict:
@@ -154,7 +161,7 @@ def job_compare(request):
     return render(request, "jobs/compare.html", {
         "jobs": jobs, "ids": ids, "parameters": parameter_rows([{"kind": job.kind, **job.config} for job in jobs]),
         "metrics": metric_rows(jobs),
-        "trace_keys": shared_trace_keys(jobs), "only_differences": request.GET.get("diff") == "1"})
+        **compared_series(jobs), "only_differences": request.GET.get("diff") == "1"})
 
 
 @login_required

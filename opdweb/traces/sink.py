@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 
 POINTS_TABLE = "traces_tracepoint"
 ROLLUP_TABLE = "traces_tracerollup"
+#: The largest step a trace may have: every step is exact as a double (a browser's numbers;
+#: the reads compare steps as float8 to find each bucket's last value).
+MAX_STEP = 2**53 - 1
 SERIES_TABLE = TraceSeries._meta.db_table
 # A live message carries at most this many points (about 24 bytes each on the channel
 # layer); a larger flush is split into several messages.
@@ -158,6 +161,13 @@ def _pack(message: dict, steps, walls, values, begin: int) -> dict:
     }
 
 
+def check_steps(first: int, last: int) -> None:
+    if first < 0:
+        raise ValueError("trace steps start at 0")
+    if last > MAX_STEP:
+        raise ValueError(f"trace steps end at 2**53 - 1 ({MAX_STEP:,}); got {last:,}")
+
+
 class TraceSink:
     """Buffers points for one job and writes them in batches.
 
@@ -213,8 +223,7 @@ class TraceSink:
     # -- adding -------------------------------------------------------------------------
 
     def add(self, step: int, values: Mapping[str, float], wall_time: float | None = None) -> None:
-        if step < 0:
-            raise ValueError("trace steps start at 0")
+        check_steps(step, step)
         wall = time.time() if wall_time is None else wall_time
         with self._lock:
             if self._error is not None or self._closing or self._closed:
@@ -224,8 +233,8 @@ class TraceSink:
     def add_many(self, key: str, steps, values, wall_times) -> None:
         """Bulk form for imports and benchmarks: one key, parallel sequences."""
         steps = list(steps)
-        if steps and min(steps) < 0:
-            raise ValueError("trace steps start at 0")
+        if steps:
+            check_steps(min(steps), max(steps))
         with self._lock:
             if self._error is not None or self._closing or self._closed:
                 self._refuse_locked()
@@ -522,7 +531,9 @@ def _write_points(cursor, sid, steps, walls, values, replay: bool) -> None:
 
 
 # Each level's buckets are whole buckets of the level below, so a level can be reduced
-# from the one below it (min of minima, max of maxima, the last of the lasts).
+# from the one below it (min of minima, max of maxima, the last of the lasts).  NaN is
+# ordered as PostgreSQL orders it (above every number), so every level agrees with an
+# aggregate over the raw points: a NaN is a bucket's max, never its min (unless all are NaN).
 assert all(wide % narrow == 0 for narrow, wide in zip(ROLLUP_WIDTHS, ROLLUP_WIDTHS[1:]))
 
 
@@ -547,7 +558,7 @@ def rollup_columns(sid: np.ndarray, steps: np.ndarray, values: np.ndarray,
         below = {
             "series_id": series[starts],
             "bucket": bucket[starts],
-            "min": np.minimum.reduceat(below["min"], starts),
+            "min": np.fmin.reduceat(below["min"], starts),
             "max": np.maximum.reduceat(below["max"], starts),
             "last_step": below["last_step"][ends],
             "last_value": below["last_value"][ends],

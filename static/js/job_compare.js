@@ -6,22 +6,33 @@
   if (!root) return;
   const ids = root.dataset.ids.split(",");
 
-  async function series(jobId, key) {
-    const params = new URLSearchParams({ key: key, buckets: "1000" });
-    const response = await fetch(`/api/jobs/${jobId}/series/downsampled?${params}`);
-    if (!response.ok) return null;  // this job lacks the key
-    const buckets = (await response.json()).buckets;
-    const x = buckets.map(b => b[4]);
-    return { x: x, y: buckets.map(b => b[5]), name: `#${jobId}`, mode: x.length > 1 ? "lines" : "markers" };
+  // Each job's batched reads of the shared series it has, laid out by the view: {job id: [url, ...]}.
+  const reads = JSON.parse(document.getElementById("compare-reads").textContent);
+
+  async function linesOf(jobId) {
+    const lines = {};
+    for (const url of reads[jobId] || []) {
+      const response = await fetch(url);
+      if (!response.ok) continue;
+      for (const read of (await response.json()).series) {
+        const x = read.buckets.map(b => b[4]);
+        lines[read.key] = { x: x, y: read.buckets.map(b => Number(b[5])), name: `#${jobId}`,
+                            mode: x.length > 1 ? "lines" : "markers" };
+      }
+    }
+    return lines;
   }
 
-  async function draw(div) {
-    const lines = (await Promise.all(ids.map(id => series(id, div.dataset.key)))).filter(Boolean);
-    Plotly.newPlot(div, lines, {
-      title: { text: div.dataset.key }, height: 280, margin: { t: 40, r: 10, b: 40, l: 60 },
-      xaxis: { title: { text: "step" } },
-    }, { responsive: true, displaylogo: false });
+  async function drawAll() {
+    const byJob = await Promise.all(ids.map(linesOf));
+    document.querySelectorAll(".compare-chart").forEach(div => {
+      const lines = byJob.map(lines => lines[div.dataset.key]).filter(Boolean);  // a job may lack the key
+      Plotly.newPlot(div, lines, {
+        title: { text: div.dataset.key }, height: 280, margin: { t: 40, r: 10, b: 40, l: 60 },
+        xaxis: { title: { text: "step" } },
+      }, { responsive: true, displaylogo: false });
+    });
   }
 
-  document.querySelectorAll(".compare-chart").forEach(draw);
+  drawAll();
 })();

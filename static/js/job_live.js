@@ -55,15 +55,22 @@
   const plotlyReady = new Promise(resolve => document.readyState === "complete" ? resolve()
     : document.addEventListener("DOMContentLoaded", resolve));
 
+  // The page's head asked for every series' history (window.jobHistory: batched reads, in
+  // key order); each answer is drawn as soon as it and plotly are there.
   async function loadHistory() {
     const series = JSON.parse(document.getElementById("job-series").textContent);
-    await Promise.all(series.map(async s => {
-      const buckets = await readWindow(s.key);
-      await plotlyReady;
-      JobCharts.setHistory(s.key, buckets);
-      // The series may have grown between the two reads: resume after what was drawn.
-      lastStep[s.key] = Math.max(s.last_step, ...buckets.map(b => b[4]).slice(-1));
-    }));
+    const drawn = [];
+    for (const answer of window.jobHistory || []) {
+      const reads = (await answer).series;
+      drawn.push(plotlyReady.then(() => reads.forEach(read => {
+        JobCharts.setHistory(read.key, read.buckets);
+        lastStep[read.key] = Math.max(-1, ...read.buckets.map(b => b[4]).slice(-1));
+      })));
+    }
+    await Promise.all(drawn);
+    // The series may have grown since the page was made: resume after what was drawn, or
+    // after what was stored then where a read failed.
+    for (const s of series) lastStep[s.key] = Math.max(s.last_step, lastStep[s.key] ?? -1);
     root.dataset.points = JSON.stringify(lastStep);
   }
 

@@ -232,6 +232,37 @@ def test_a_run_lost_mid_way_resumes_from_the_last_checkpoint_on_the_same_traject
     assert [p for p in trace(lost) if p[0] <= 4] + trace(again) == trace(whole)
 
 
+class _BufferedDiesAtStep(_DiesAtStep):
+    """Keeps points only once flushed, as the job's trace sink stores them (in batches, on a
+    timer); a worker killed at ``step`` loses what it had not flushed."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(step)
+        self.pending: list[tuple[int, str, float]] = []
+
+    def log(self, step, values):
+        if step == self.step:
+            raise _WorkerLost(step)
+        self.pending.extend((step, key, float(value)) for key, value in values.items())
+
+    def flush(self):
+        self.points.extend(self.pending)
+        self.pending.clear()
+
+
+def test_a_checkpoint_is_committed_only_after_the_points_before_it_are_stored(student, teacher, tmp_path):
+    """A worker killed after a checkpoint resumes after it: the points of the steps up to it
+    must already be stored, or they are never written (the resumed run starts later)."""
+    kw = dict(steps=6, checkpoint_every=2, rollout=RolloutConfig(noise_sigma=0.05))
+    lost = _BufferedDiesAtStep(5)
+    with pytest.raises(_WorkerLost):
+        run_training(opd(student, teacher, out=str(tmp_path), **kw), lost)
+    again = RecordingReporter()
+    run_training(opd(student, teacher, out=str(tmp_path), **kw), again)
+    steps = sorted(s for s, k, _ in lost.points + again.points if k == "train/loss")
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
 def test_topk_loss_with_sequence_masking_runs_and_traces_the_masked_fraction(student, teacher):
     rep = RecordingReporter()
     run_training(opd(student, teacher, steps=2, loss="topk", top_k=4, correction="mask", mask_upper=1.5,

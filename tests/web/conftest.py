@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
@@ -67,11 +68,15 @@ def service_env(transactional_db) -> dict:
 class Process:
     """A child process with its output in a log file, shown when a test fails."""
 
-    def __init__(self, name: str, command: list[str], env: dict, log_dir: Path):
+    started: list[Process] = []  # every one a test started, for wait_for_children_to_disconnect
+
+    def __init__(self, name: str, command: list[str], env: dict, log_dir: Path, stacks_signal: int | None = None):
         self.name = name
+        self.stacks_signal = stacks_signal  # asks the process to print every thread's stack
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        Process.started.append(self)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -90,27 +95,45 @@ class Process:
                 self.kill()
         self._log.close()
 
+    def print_stacks(self) -> bool:
+        if self.stacks_signal is None or not self.alive():
+            return False
+        os.kill(self.proc.pid, self.stacks_signal)
+        return True
+
     def output(self) -> str:
         self._log.flush()
         return self.log_path.read_text()
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.1, process: Process | None = None):
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1,
+             process: Process | Sequence[Process] | None = None):
+    """Poll ``predicate`` until it is truthy; a watched process that exits, or the timeout,
+    fails the test with the watched processes' output."""
+    watched = [] if process is None else [process] if isinstance(process, Process) else list(process)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        if process is not None and not process.alive():
-            raise AssertionError(f"{process.name} exited while waiting for {what}:\n{process.output()[-4000:]}")
+        for proc in watched:
+            if not proc.alive():
+                raise AssertionError(f"{proc.name} exited while waiting for {what}:\n{proc.output()[-4000:]}")
         time.sleep(interval)
-    detail = f"\n{process.name} output:\n{process.output()[-4000:]}" if process else ""
+    if any([proc.print_stacks() for proc in watched]):
+        time.sleep(2)  # for the stacks to be written
+    detail = "".join(f"\n{proc.name} output:\n{proc.output()[-8000:]}" for proc in watched)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 
 
 def wait_for_children_to_disconnect(timeout: float = 15) -> None:
     """A killed child's database session ends a moment after the child; wait for it so
-    the test database can be flushed or dropped."""
+    the test database can be flushed or dropped. While another fixture's process still
+    runs (a worker, when the server's fixture is torn down first), its own teardown waits."""
+    Process.started[:] = [proc for proc in Process.started if proc.alive()]
+    if Process.started:
+        return
+
     def alone():
         with connection.cursor() as cursor:
             cursor.execute(
@@ -134,7 +157,8 @@ def start_worker(service_env, tmp_path):
     def start(name: str = "w1", queues: str = "gpu,cpu", **extra_env: str) -> Process:
         command = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "-Q", queues,
                    "--pool", "solo", "-n", f"{name}@test", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
-        proc = Process(f"worker-{name}", command, {**service_env, **extra_env}, tmp_path)
+        # Celery prints every thread's stack on SIGUSR1: a test that times out shows where a worker was.
+        proc = Process(f"worker-{name}", command, {**service_env, **extra_env}, tmp_path, stacks_signal=signal.SIGUSR1)
         started.append(proc)
         wait_for(lambda: WorkerPresence.objects.filter(name=f"{name}@test", pid=proc.proc.pid).exists(), 60,
                  f"worker {name} to report in", process=proc)

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from opdweb.budgets.models import ImmutableBudget, MismatchBudget
 from opdweb.jobs.actions import do_reap_stale_jobs, do_submit_job
-from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.models import TERMINAL_STATES, Job, JobState
 from opdweb.jobs.runner import record_outcome
 from opdweb.refusals import Refused
 from opdweb.teams.models import Team
@@ -25,26 +25,41 @@ def calibration_config(student: str, **extra) -> dict:
             "device": "cpu", **extra}
 
 
+def children_states(parent: Job) -> str:
+    return "\n".join(f"  #{c.pk} {c.child_key}: {c.state} on {c.worker or '-'} at {c.progress:.0%} {c.error}"
+                     for c in Job.objects.filter(parent=parent).order_by("pk"))
+
+
 def test_a_calibration_shares_its_children_among_workers_survives_a_kill_and_feeds_an_admission(
         member, start_worker, toy_student, settings, service_env):  # noqa: F811
-    settings.JOB_STALE_SECONDS = float(service_env["JOB_STALE_SECONDS"])
+    # Long enough that a live worker starved of CPU for a moment is not taken for lost
+    # (the reaper looks at every running job, the planner's and the survivor's too).
+    settings.JOB_STALE_SECONDS = 5.0
     user, team = member
-    start_worker("parent", queues="cpu")
-    doomed = start_worker("g1", queues="gpu")
-    start_worker("g2", queues="gpu")
+    planner = start_worker("parent", queues="cpu")
+    gpu_workers = {name: start_worker(name, queues="gpu") for name in ("g1", "g2")}
     parent = do_submit_job(team=team, user=user, kind_name="calibration", config=calibration_config(toy_student))
 
     # Kill a gpu worker while it holds a training child; the reaper requeues the child for the other worker.
-    def g1_mid_training():
-        return Job.objects.filter(parent=parent, kind="train", state=JobState.RUNNING, worker__startswith="g1@",
+    def a_training_child_mid_way():
+        if Job.objects.filter(pk=parent.pk, state__in=TERMINAL_STATES).exists():
+            raise AssertionError(f"the calibration ended before a training child was mid-way: "
+                                 f"{Job.objects.get(pk=parent.pk).error}")
+        return Job.objects.filter(parent=parent, kind="train", state=JobState.RUNNING,
                                   progress__gt=0.0, progress__lt=0.6).first()
-    killed = wait_for(g1_mid_training, 300, "g1 to be mid-way through a training child", interval=0.05)
-    doomed.kill(signal.SIGKILL)
+    try:
+        killed = wait_for(a_training_child_mid_way, 300, "a training child to be mid-way", interval=0.05,
+                          process=[planner, *gpu_workers.values()])
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}\nthe calibration's children:\n{children_states(parent)}") from None
+    doomed = killed.worker.split("@")[0]
+    (survivor,) = set(gpu_workers) - {doomed}
+    gpu_workers[doomed].kill(signal.SIGKILL)
     wait_for(lambda: (do_reap_stale_jobs(), Job.objects.get(pk=killed.pk).attempts == 2)[1], 30,
              f"the reaper to requeue child #{killed.pk}")
 
-    wait_for(lambda: Job.objects.get(pk=parent.pk).state in (JobState.SUCCEEDED, JobState.FAILED), 600,
-             "the calibration", interval=0.5)
+    wait_for(lambda: Job.objects.get(pk=parent.pk).state in TERMINAL_STATES, 600, "the calibration", interval=0.5,
+             process=[planner, gpu_workers[survivor]])
     parent.refresh_from_db()
     assert parent.state == JobState.SUCCEEDED, (parent.error, parent.traceback)
     children = list(Job.objects.filter(parent=parent))
@@ -53,7 +68,7 @@ def test_a_calibration_shares_its_children_among_workers_survives_a_kill_and_fee
         ["noise-10", "noise-100", "train-baseline-s0", "train-baseline-s1",
          "train-10x-s0", "train-10x-s1", "train-100x-s0", "train-100x-s1"])
     assert all(c.state == JobState.SUCCEEDED for c in children)
-    assert Job.objects.get(pk=killed.pk).attempts == 2 and Job.objects.get(pk=killed.pk).worker.startswith("g2@")
+    assert Job.objects.get(pk=killed.pk).attempts == 2 and Job.objects.get(pk=killed.pk).worker.startswith(f"{survivor}@")
 
     budget = MismatchBudget.objects.get(calibration_job=parent)
     assert budget.team == team and budget.method == "opd:full" and budget.unit_engine == "hf"

@@ -93,6 +93,42 @@ def test_chart_controls_overlay_smooth_log_and_zoom(member, asgi_server, page): 
     expect(page.locator("#glossary")).to_contain_text("Effective sample size")
 
 
+def test_the_page_reads_its_charts_in_batches_started_from_its_head(member, asgi_server, page):  # noqa: F811
+    """20 keys: two batched reads (16 + 4 keys), asked before plotly has run, and no read per
+    key; the charts follow key order whatever order the answers come in; a series that
+    went NaN is drawn with its gap, and the page raises no error."""
+    user, team = member
+    job = Job.objects.create(team=team, created_by=user, kind="train", state=JobState.SUCCEEDED, config={})
+    sink = TraceSink(job.pk)
+    keys = [f"train/metric_{i:02d}" for i in range(20)]
+    for i, key in enumerate(keys):
+        values = [float(i + s % 5) for s in range(300)]
+        if i == 7:
+            values[100:110] = [float("nan")] * 10
+        sink.add_many(key, range(300), values, [1.7e9 + s for s in range(300)])
+    sink.close()
+    base = f"http://{asgi_server}"
+    log_in(page, base, user)
+    asked, errors = [], []
+    page.on("request", lambda r: asked.append(r.url) if "/api/" in r.url else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/jobs/{job.pk}/")
+    expect(page.locator("#charts .chart")).to_have_count(20)
+    batches = [url for url in asked if "/series/batch?" in url]
+    assert len(batches) == 2 and not [url for url in asked if "/series/downsampled" in url], asked
+    assert [len(re.findall(r"[?&]key=", url)) for url in batches] == [16, 4]
+    order = page.eval_on_selector_all("#charts .chart", "ds => ds.map(d => d.dataset.keys)")
+    assert order == keys
+    # Both batches were asked before the deferred scripts (plotly) had run.
+    asked_at = page.evaluate("""() => performance.getEntriesByType("resource")
+        .filter(e => e.name.includes("/series/batch")).map(e => e.startTime)""")
+    scripts_done = page.evaluate("performance.getEntriesByType('navigation')[0].domContentLoadedEventStart")
+    assert len(asked_at) == 2 and max(asked_at) < scripts_done
+    gap = page.eval_on_selector("#charts .chart[data-keys='train/metric_07']", "d => d.data[2].y.slice(99, 111)")
+    assert gap[0] == 7 + 99 % 5 and gap[-1] == 7 + 110 % 5 and all(v != v for v in gap[1:-1]), gap  # NaN: a gap
+    assert errors == []
+
+
 def test_sensitivity_and_drift_results_are_drawn(member, asgi_server, page):  # noqa: F811
     user, team = member
     scan = Job.objects.create(team=team, created_by=user, kind="sensitivity", state=JobState.SUCCEEDED,

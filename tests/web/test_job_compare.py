@@ -56,6 +56,33 @@ def test_it_puts_metrics_side_by_side_and_overlays_shared_keys(two_checks, clien
     assert f'data-ids="{fp8.pk},{bf16.pk}"' in response.content.decode()
 
 
+def test_each_job_reads_the_shared_keys_it_has_in_one_batch(member, client):
+    """A has k1, k2; B has k1; C has k2, k3: k1 and k2 are overlaid, k3 (C's alone) is not.
+    Each job's curves come in one batched read of exactly the shared keys it has, which the
+    API answers."""
+    from urllib.parse import parse_qs, urlsplit
+
+    user, team = member
+    jobs = {name: Job.objects.create(team=team, created_by=user, kind="mismatch", name=name, state=JobState.SUCCEEDED,
+                                     config={})
+            for name in "ABC"}
+    for name, keys in {"A": ["k1", "k2"], "B": ["k1"], "C": ["k2", "k3"]}.items():
+        for key in keys:
+            TraceSeries.objects.create(job=jobs[name], key=key, first_step=0, last_step=0)
+    client.force_login(user)
+    response = client.get("/jobs/compare/?ids=" + ",".join(str(jobs[n].pk) for n in "ABC"))
+    assert response.context["trace_keys"] == ["k1", "k2"]
+    reads = response.context["trace_reads"]
+    asked = {name: [parse_qs(urlsplit(url).query)["key"] for url in reads[jobs[name].pk]] for name in "ABC"}
+    assert asked == {"A": [["k1", "k2"]], "B": [["k1"]], "C": [["k2"]]}
+    for name in "ABC":
+        (url,) = reads[jobs[name].pk]
+        assert urlsplit(url).path == f"/api/jobs/{jobs[name].pk}/series/batch"
+        answer = client.get(url)
+        assert answer.status_code == 200 and [s["key"] for s in answer.json()["series"]] == asked[name][0]
+    assert 'id="compare-reads"' in response.content.decode()
+
+
 def test_repeated_ids_parameters_are_accepted_from_the_list_form(two_checks, client):
     user, bf16, fp8 = two_checks
     client.force_login(user)

@@ -114,12 +114,12 @@ def test_downsampled_buckets_equal_brute_force_over_any_window(job, n_buckets):
         got = downsample(series, n_buckets, start, end)
         lo = series.first_step if start is None else max(start, series.first_step)
         hi = series.last_step if end is None else min(end, series.last_step)
-        width = got["bucket_steps"]
-        assert len(got["buckets"]) <= n_buckets
+        width = got.bucket_steps
+        assert len(got.buckets) <= n_buckets
         # The window widens to whole buckets of the reported width.
-        assert got["buckets"] == brute_force(points, lo // width * width, (hi // width + 1) * width - 1, width)
+        assert got.buckets == brute_force(points, lo // width * width, (hi // width + 1) * width - 1, width)
         if lo <= points[1234][0] <= hi:
-            assert max(b[3] for b in got["buckets"]) == 1e6
+            assert max(b[3] for b in got.buckets) == 1e6
 
 
 def read_stream(response) -> str:

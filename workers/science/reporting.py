@@ -23,6 +23,10 @@ class Reporter(Protocol):
 
     def should_stop(self) -> bool: ...
 
+    def flush(self) -> None:
+        """Make every point logged so far durable.  Called before a checkpoint is committed:
+        a run resumed from it logs only the steps after it, so the ones before must be stored."""
+
 
 class NullReporter:
     """Discards everything; never asks to stop."""
@@ -35,6 +39,9 @@ class NullReporter:
 
     def should_stop(self) -> bool:
         return False
+
+    def flush(self) -> None:
+        pass
 
 
 class SubReporter(NullReporter):

@@ -361,7 +361,9 @@ class OnPolicyTrainer:
         """``out/checkpoint-STEP/``: an ordinary Hugging Face folder (config, safetensors,
         tokenizer, task file) plus ``trainer_state.pt`` (optimizer, scheduler, async weight
         versions, RNG, evals) for exact resume.  Written to a temporary name, then renamed,
-        so a worker killed mid-save never leaves a half checkpoint that looks complete."""
+        so a worker killed mid-save never leaves a half checkpoint that looks complete.  The
+        points logged so far are made durable before the rename: a run resumed from this
+        checkpoint logs only the steps after it."""
         final = checkpoint_dir(self.config.out, self.step)
         if (final / STATE_FILE).is_file():
             return str(final)
@@ -380,6 +382,7 @@ class OnPolicyTrainer:
         }, tmp / STATE_FILE)
         (tmp / STATE_JSON).write_text(json.dumps({"step": self.step, "method": self.method, "evals": self.evals,
                                                   "config": self.config.model_dump(mode="json")}, indent=2))
+        self.reporter.flush()
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         return str(final)
