@@ -14,6 +14,7 @@ from workers.science.entrypoints import KINDS
 from workers.science.reporting import Cancelled, RecordingReporter
 from workers.science.training.config import GRPOConfig, OPDConfig, TrainJobConfig, training_config
 from workers.science.training.job import run_training
+from workers.science.training.trainer import last_checkpoint
 
 
 def opd(student, teacher, **kw) -> OPDConfig:
@@ -261,6 +262,36 @@ def test_a_checkpoint_is_committed_only_after_the_points_before_it_are_stored(st
     run_training(opd(student, teacher, out=str(tmp_path), **kw), again)
     steps = sorted(s for s, k, _ in lost.points + again.points if k == "train/loss")
     assert steps == [1, 2, 3, 4, 5, 6]
+
+
+class _DiesFlushingAtStep(_BufferedDiesAtStep):
+    """A worker lost while it stores the points before the checkpoint of ``step``: the
+    checkpoint's files are written under their temporary name, the points are not stored."""
+
+    def log(self, step, values):
+        self.pending.extend((step, key, float(value)) for key, value in values.items())
+
+    def flush(self):
+        if any(s == self.step for s, _, _ in self.pending):
+            raise _WorkerLost(self.step)
+        super().flush()
+
+
+def test_a_checkpoint_whose_save_was_cut_short_is_not_resumed_from(student, teacher, tmp_path):
+    """Killed mid-save, a checkpoint is left under its temporary name with every file in it;
+    the restarted run resumes from the checkpoint before it and logs the lost steps again."""
+    kw = dict(steps=6, checkpoint_every=2, rollout=RolloutConfig(noise_sigma=0.05))
+    lost = _DiesFlushingAtStep(4)
+    with pytest.raises(_WorkerLost):
+        run_training(opd(student, teacher, out=str(tmp_path), **kw), lost)
+    assert (tmp_path / "checkpoint-000004.tmp" / "trainer_state.pt").is_file()  # the cut-short save
+    assert last_checkpoint(tmp_path) == tmp_path / "checkpoint-000002"
+    again = RecordingReporter()
+    run_training(opd(student, teacher, out=str(tmp_path), **kw), again)
+    assert min(s for s, _, _ in again.points) == 3  # from checkpoint-000002
+    steps = sorted(s for s, k, _ in lost.points + again.points if k == "train/loss")
+    assert steps == [1, 2, 3, 4, 5, 6]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-000002", "checkpoint-000004", "checkpoint-000006"]
 
 
 def test_topk_loss_with_sequence_masking_runs_and_traces_the_masked_fraction(student, teacher):

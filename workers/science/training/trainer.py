@@ -27,6 +27,7 @@ import copy
 import json
 import logging
 import math
+import re
 import shutil
 import time
 from pathlib import Path
@@ -48,6 +49,7 @@ from .recheck import AdmissionRecheck
 from .vllm_rollout import SyncedVLLM
 
 CHECKPOINT_PREFIX = "checkpoint-"
+_CHECKPOINT_NAME = re.compile(rf"{CHECKPOINT_PREFIX}\d+")
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
@@ -63,9 +65,11 @@ def checkpoint_dir(out: str | Path, step: int) -> Path:
 
 
 def last_checkpoint(out: str | Path) -> Path | None:
-    """The newest complete checkpoint folder under ``out`` (one with its trainer state)."""
-    found = sorted(p for p in Path(out).glob(f"{CHECKPOINT_PREFIX}*") if (p / STATE_FILE).is_file())
-    return found[-1] if found else None
+    """The newest committed checkpoint folder under ``out``: named ``checkpoint-STEP`` (a
+    save cut short leaves ``checkpoint-STEP.tmp``, complete perhaps but committed never: the
+    points before it may not be stored) and holding its trainer state."""
+    found = [p for p in Path(out).iterdir() if _CHECKPOINT_NAME.fullmatch(p.name) and (p / STATE_FILE).is_file()]
+    return max(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]), default=None)
 
 
 def response_logprobs(model, prompt_ids: Sequence[Sequence[int]], tokens: torch.Tensor, mask: torch.Tensor,
