@@ -18,11 +18,11 @@ from opdweb.teams.models import Role
 from opdweb.traces.export import export_response
 from opdweb.traces.models import TraceSeries
 from opdweb.traces.queries import MAX_BUCKETS, downsample
+from workers.science.entrypoints import KINDS
 
 #: Keys one batched read may ask: a page asks for its charts in chunks of this many, so a
 #: job with hundreds of keys cannot make one request read them all.
 MAX_SERIES_PER_READ = 32
-from workers.science.entrypoints import KINDS
 
 routes = Routes()
 
