@@ -1,13 +1,20 @@
-# One image for web and workers. GPU workers build with REQUIREMENTS=requirements-gpu.txt.
+# One image for web and workers. GPU workers build with REQUIREMENTS=requirements-gpu.txt
+# (vLLM's CUDA build brings its own torch, so that file is not hash-locked).
 FROM python:3.11-slim
 
-ARG REQUIREMENTS=requirements.txt
+# requirements.lock pins torch's CPU build (2.13.0+cpu), which PyTorch's CPU wheel index serves.
+ARG REQUIREMENTS=requirements.lock
+ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     STATIC_ROOT=/app/staticfiles OPDWEB_DATA_DIR=/data
 
 WORKDIR /app
-COPY requirements*.txt ./
-RUN pip install -r ${REQUIREMENTS}
+COPY requirements*.txt requirements.lock ./
+RUN if [ "$REQUIREMENTS" = requirements.lock ]; then \
+        pip install --require-hashes --no-deps --extra-index-url "$TORCH_CPU_INDEX" -r requirements.lock; \
+    else \
+        pip install -r "$REQUIREMENTS"; \
+    fi
 
 COPY . .
 # Settings need a database URL to load; collectstatic touches neither database nor Redis.

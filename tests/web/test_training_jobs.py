@@ -59,6 +59,7 @@ def test_a_worker_trains_through_the_vllm_engine(member, start_worker, toy_stude
     assert (sync.first_step, sync.last_step) == (1, 3)
 
 
+@pytest.mark.faults
 def test_a_worker_killed_mid_training_resumes_from_its_last_checkpoint_without_duplicate_points(
         member, start_worker, toy_student, settings, service_env):  # noqa: F811
     import signal
