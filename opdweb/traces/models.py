@@ -2,9 +2,10 @@
 
 Points are keyed by ``(series, step)`` so a replay after a crash cannot duplicate.
 ``TraceRollup`` holds, for each level ``L >= 1``, buckets of ``ROLLUP_WIDTHS[L]`` steps
-with their min, max and last value; a downsampled read picks the level whose buckets are
-just finer than asked and reads fewer than ``32 * n_buckets`` rows, whatever the length
-of the series.  Level 1 starts at 32 steps because it is the level every point writes:
+with their min, max and last value; a downsampled read picks the coarsest level that still
+gives at least half the buckets asked (:func:`opdweb.traces.queries.choose_level`), so it
+reads at most 4 rollup rows or 16 raw points per bucket, whatever the length of the
+series.  Level 1 starts at 32 steps because it is the level every point writes:
 it costs 1/32 of a row per point at ingest, while a raw read of under 32 rows per bucket
 stays cheap.  Every rollup field merges idempotently (least, greatest, latest step), so
 replayed writes leave it unchanged.
