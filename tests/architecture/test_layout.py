@@ -112,3 +112,68 @@ def test_no_loop_between_the_science_parts():
             if dep.startswith("workers.science.") and science_part(dep) != science_part(module):
                 parts[science_part(module)].add(science_part(dep))
     assert find_cycle(parts) is None, " -> ".join(find_cycle(parts))
+
+
+def kind_names() -> set[str]:
+    """The values of :class:`workers.science.kinds.Kind`, read from its source (no import)."""
+    tree = ast.parse((ROOT / "workers" / "science" / "kinds.py").read_text())
+    return {node.value.value for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)}
+
+
+def kind_literals(path: Path, names: set[str]) -> list[str]:
+    """Places in ``path`` that spell a job kind's name as a string where a kind is meant:
+    ``job.kind == "train"``, ``kind="admission"``, ``kind in ("a", "b")``."""
+    def is_name(node) -> bool:
+        return isinstance(node, ast.Constant) and node.value in names
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            names_kind = any(isinstance(s, ast.Attribute) and s.attr == "kind"
+                             or isinstance(s, ast.Name) and s.id == "kind" for s in sides)
+            if names_kind and any(isinstance(c, ast.Constant) and c.value in names for s in sides for c in ast.walk(s)):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+        elif isinstance(node, ast.keyword) and node.arg in ("kind", "name") and is_name(node.value):
+            found.append(f"{path.relative_to(ROOT)}:{node.value.lineno}")
+        elif isinstance(node, ast.Dict):
+            found += [f"{path.relative_to(ROOT)}:{v.lineno}" for k, v in zip(node.keys, node.values, strict=True)
+                      if isinstance(k, ast.Constant) and k.value == "kind" and is_name(v)]
+        elif isinstance(node, ast.Assign) and is_name(node.value) and all(
+                isinstance(t, ast.Name) and t.id.isupper() for t in node.targets):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ChildJob" and len(node.args) > 1 \
+                and is_name(node.args[1]):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_kind_names_are_spelled_once():
+    """Every comparison with a kind, every ``kind=`` and every registration names a
+    :class:`~workers.science.kinds.Kind` member, never the string."""
+    names = kind_names()
+    assert "admission" in names and "time-to-quality" in names
+    places = [place for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))
+              if "migrations" not in path.parts and path.name != "kinds.py" for place in kind_literals(path, names)]
+    templates = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "templates").rglob("*.html"))
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if "kind ==" in line and any(f'"{name}"' in line for name in names)]
+    spelled = places + templates
+    assert not spelled, "kind names spelled outside workers/science/kinds.py: " + ", ".join(spelled)
+
+
+# Django apps by domain (ARCHITECTURE.md): each holds its models, views, API and tasks.
+DOMAIN_APPS = ("teams", "registry", "rollouts", "jobs", "traces", "budgets", "approvals", "health")
+TRAINERS = ("vllm", "verl", "prime_rl", "slime")
+
+
+def test_every_domain_has_its_app_and_each_trainer_its_export_module():
+    settings = (ROOT / "opdweb" / "settings.py").read_text()
+    for app in DOMAIN_APPS:
+        assert (ROOT / "opdweb" / app / "apps.py").exists(), f"opdweb/{app}/ is not an app"
+        assert f'"opdweb.{app}' in settings, f"opdweb.{app} is not in INSTALLED_APPS"
+    assert not (ROOT / "opdweb" / "configs").exists(), "opdweb/configs/ was split into rollouts, approvals, exports"
+    for trainer in TRAINERS:
+        assert (ROOT / "opdweb" / "exports" / f"{trainer}.py").exists(), f"no export module for {trainer}"
