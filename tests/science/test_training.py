@@ -48,6 +48,7 @@ METHODS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_raises_held_out_accuracy(student, teacher, method):
     spec = dict(METHODS[method])
@@ -180,6 +181,7 @@ def test_the_train_kind_is_registered_with_a_valid_example(student):
     assert len(example.arms) == 2 and example.run_config(example.arms[1], 2).async_k == 1
 
 
+@pytest.mark.slow
 def test_time_to_quality_times_each_arm_to_the_target(student, teacher):
     from workers.science.training.config import TimeToQualityConfig
     from workers.science.training.time_to_quality import run_time_to_quality

@@ -17,7 +17,7 @@ from workers.science.training.vllm_rollout import SyncedVLLM
 VLLM = RolloutConfig(engine="vllm")
 SAMPLING = SamplingConfig(temperature=1.0, max_new_tokens=8, ignore_eos=True)
 
-pytestmark = needs_vllm
+pytestmark = [needs_vllm, pytest.mark.slow]
 
 
 def series(rep: RecordingReporter, key: str) -> list[float]:

@@ -17,6 +17,8 @@ from opdweb.teams.models import Team
 from tests.web.conftest import wait_for
 from tests.web.test_science_jobs import toy_student  # noqa: F401 - the session fixture
 
+pytestmark = pytest.mark.slow
+
 
 def calibration_config(student: str, **extra) -> dict:
     teacher = str(settings.DATA_DIR / "toy" / "test" / "teacher")

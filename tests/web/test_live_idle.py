@@ -4,12 +4,16 @@ import asyncio
 import json
 import time
 
+import pytest
+
 from django.db import connection
 from websockets.asyncio.client import connect
 
 from opdweb.jobs.actions import do_cancel_job
 from tests.web.factories import JobFactory
 from tests.web.test_live_channel import session_cookie
+
+pytestmark = pytest.mark.slow
 
 IDLE_SECONDS = 60
 

@@ -41,6 +41,7 @@ def test_a_science_config_is_validated_before_anything_is_written(db):
     assert Job.objects.count() == 0
 
 
+@pytest.mark.slow
 def test_a_worker_runs_an_admission_measurement(member, start_worker, toy_student):
     user, team = member
     worker = start_worker()

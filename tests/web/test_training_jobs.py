@@ -45,6 +45,7 @@ def test_a_config_cannot_choose_where_a_job_writes(member, toy_student, tmp_path
     assert Job.objects.count() == 0
 
 
+@pytest.mark.slow
 def test_a_worker_trains_through_the_vllm_engine(member, start_worker, toy_student):  # noqa: F811
     user, team = member
     worker = start_worker()
