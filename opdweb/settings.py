@@ -21,7 +21,7 @@ SECRET_KEY = env.str("SECRET_KEY", default="dev-only-insecure-key" if DEBUG else
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 DATA_DIR = Path(env.str("OPDWEB_DATA_DIR", default=str(BASE_DIR / "var")))
-# The sandbox of job configs (opdweb/jobs/sandbox.py): models and prompt files only from
+# The sandbox of job configs (opdweb/sandbox.py): models and prompt files only from
 # these roots; hub ids only where allowed; the BF16 reference cache is the product's.
 OPDWEB_MODEL_ROOTS = [Path(p) for p in env.list("OPDWEB_MODEL_ROOTS", default=[str(DATA_DIR / "models"), str(DATA_DIR / "toy")])]
 OPDWEB_DATA_ROOTS = [Path(p) for p in env.list("OPDWEB_DATA_ROOTS", default=[str(DATA_DIR / "data")])]

@@ -10,7 +10,7 @@ from opdweb.configs.currency import current_checkpoint_hash
 from opdweb.configs.evidence import budget_of, latest_admission_check, verdict_of
 from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord
 from opdweb.configs.submission import check_rollout_config
-from opdweb.jobs.sandbox import OutsideSandbox, confine_model
+from opdweb.sandbox import OutsideSandbox, confine_model
 from opdweb.refusals import Refused
 from opdweb.teams import audit
 

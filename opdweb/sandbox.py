@@ -8,6 +8,9 @@ A config schema marks its path fields with ``json_schema_extra={"sandbox": RULE}
 the field's ``builtin`` globs are not paths) or ``product`` (set by the product, never by
 a user: the worker fills it in).  Resolution follows symlinks and ``..`` to the real path,
 so neither can lead outside a root, and ``/proc`` or ``/etc`` are outside every root.
+
+Beside :mod:`opdweb.refusals` rather than in an app: jobs, budgets, the registry and
+approvals all confine paths with it, and it needs only the settings.
 """
 from __future__ import annotations
 
