@@ -1,4 +1,4 @@
-"""Streaming full-data export of a job's points (CSV or JSON lines).
+"""Streaming full-data download of a job's points (CSV or JSON lines).
 
 Under ASGI a synchronous iterator would be read whole into memory before sending, so the
 rows are pulled chunk by chunk from a server-side cursor through ``sync_to_async``.
