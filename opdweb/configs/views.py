@@ -18,7 +18,7 @@ from opdweb.configs.currency import lapse_reason
 from opdweb.configs.canonical import ValidationError, canonical_rollout
 from opdweb.configs.evidence import (ADMISSION_KIND, budget_of, curve_with_check, jobs_using, latest_admission_check,
                                      verdict_of)
-from opdweb.configs.exports import FORMATS, Provenance
+from opdweb.exports import FORMATS, Provenance
 from opdweb.configs.form_schema import ROLLOUT_FIELDS, SCHEMA_PARAGRAPHS, value_at
 from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord
 from opdweb.configs.presets import PRESETS, PRESETS_BY_SLUG
