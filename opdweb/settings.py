@@ -44,7 +44,8 @@ INSTALLED_APPS = [
     "opdweb.traces",
     "opdweb.health",
     "opdweb.budgets",
-    "opdweb.configs",
+    "opdweb.rollouts",
+    "opdweb.approvals",
     "opdweb.registry",
 ]
 
@@ -146,7 +147,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=256
 # A job config above this many bytes of JSON is refused (400) even if the body fits.
 JOB_CONFIG_MAX_BYTES = env.int("JOB_CONFIG_MAX_BYTES", default=64 * 1024)
 
-# Approval webhooks (opdweb/configs/webhooks.py): attempts per event, first retry delay (doubling).
+# Approval webhooks (opdweb/approvals/webhooks.py): attempts per event, first retry delay (doubling).
 WEBHOOK_MAX_ATTEMPTS = env.int("WEBHOOK_MAX_ATTEMPTS", default=6)
 WEBHOOK_RETRY_SECONDS = env.float("WEBHOOK_RETRY_SECONDS", default=10.0)
 

@@ -9,9 +9,9 @@ from django.conf import settings
 from pydantic import BaseModel
 
 from opdweb.api import check_storable
-from opdweb.configs.canonical import ValidationError, canonical_rollout, config_hash
-from opdweb.configs.form_schema import ROLLOUT_FIELDS, set_at
 from opdweb.refusals import Refused
+from opdweb.rollouts.canonical import ValidationError, canonical_rollout, config_hash
+from opdweb.rollouts.form_schema import ROLLOUT_FIELDS, set_at
 from workers.science.config import RolloutConfig
 
 

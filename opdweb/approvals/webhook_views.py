@@ -8,7 +8,7 @@ from django.core.validators import URLValidator
 from django.db import transaction
 from django.shortcuts import redirect, render
 
-from opdweb.configs.models import TeamWebhook, WebhookDelivery
+from opdweb.approvals.models import TeamWebhook, WebhookDelivery
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.teams import audit
@@ -46,6 +46,6 @@ def webhook_settings(request, slug: str):
                 audit.record(team, request.user, audit.WEBHOOK_CHANGED, f"set the webhook to {url}",
                              subject="webhook", url=url)
         messages.info(request, "webhook saved")
-        return redirect("configs:webhook", slug=slug)
+        return redirect("approvals:webhook", slug=slug)
     deliveries = WebhookDelivery.objects.filter(team=team)[:200]
-    return render(request, "teams/webhook.html", {"team": team, "hook": hook, "deliveries": deliveries})
+    return render(request, "approvals/webhook.html", {"team": team, "hook": hook, "deliveries": deliveries})

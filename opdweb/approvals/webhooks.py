@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from opdweb.configs.models import DeliveryState, TeamWebhook, WebhookDelivery
+from opdweb.approvals.models import DeliveryState, TeamWebhook, WebhookDelivery
 from opdweb.jobs.broker import BROKER_ERRORS
 
 log = logging.getLogger(__name__)

@@ -1,37 +1,18 @@
-"""What people do to configs and approvals.  ``check_*`` validates, ``do_*`` acts; every
-action writes its audit entry and queues its webhook in the same transaction."""
+"""What people do to approvals.  ``check_*`` validates, ``do_*`` acts; every action writes
+its audit entry and queues its webhook in the same transaction."""
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from opdweb.configs import webhooks
-from opdweb.configs.currency import current_checkpoint_hash
-from opdweb.configs.evidence import budget_of, latest_admission_check, verdict_of
-from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord
-from opdweb.configs.submission import check_rollout_config
-from opdweb.sandbox import OutsideSandbox, confine_model
+from opdweb.approvals import webhooks
+from opdweb.approvals.currency import current_checkpoint_hash
+from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from opdweb.refusals import Refused
+from opdweb.rollouts.evidence import budget_of, latest_admission_check, verdict_of
+from opdweb.rollouts.models import RolloutConfigRecord
+from opdweb.sandbox import OutsideSandbox, confine_model
 from opdweb.teams import audit
-
-
-def do_create_config(*, team, user, name: str, data: dict, derived_from=None) -> tuple[RolloutConfigRecord, bool]:
-    """The team's record of this config: a new one, or the one that already has its hash
-    (records are immutable: the same content is the same record).  Returns ``(record, created)``."""
-    canonical, digest = check_rollout_config(data)
-    name = (name or "").strip()[:200] or f"config {digest[:12]}"
-    existing = RolloutConfigRecord.objects.filter(team=team, config_hash=digest).first()
-    if existing is not None:
-        return existing, False
-    try:
-        with transaction.atomic():
-            record = RolloutConfigRecord.objects.create(team=team, name=name, config=canonical, config_hash=digest,
-                                                        created_by=user, derived_from=derived_from)
-            audit.record(team, user, audit.CONFIG_CREATED, f"created config {record.name} ({digest[:12]})",
-                         subject="config", subject_id=record.pk, config_hash=digest)
-    except IntegrityError:  # the same config created at the same moment by someone else
-        return RolloutConfigRecord.objects.get(team=team, config_hash=digest), False
-    return record, True
 
 
 def _event_payload(approval: ApprovalRequest) -> dict:
@@ -64,7 +45,8 @@ def do_request_approval(*, record: RolloutConfigRecord, user, checkpoint: str, c
                          subject_id=approval.pk, config=record.pk)
             webhooks.queue_event(record.team, "approval.requested", _event_payload(approval))
     except IntegrityError:  # one pending request per config and checkpoint
-        pending = ApprovalRequest.objects.filter(config=record, checkpoint=checkpoint, state=ApprovalState.PENDING).first()
+        pending = ApprovalRequest.objects.filter(config=record, checkpoint=checkpoint,
+                                                 state=ApprovalState.PENDING).first()
         raise Refused(f"approval of this config for {checkpoint} is already requested "
                       f"(#{pending.pk if pending else '?'})", status=409) from None
     return approval

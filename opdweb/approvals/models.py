@@ -1,45 +1,9 @@
-"""Rollout configs as team objects, the approvals that clear one for a checkpoint, and the
-team's webhook with its delivery log (the audit log is the team's: :mod:`opdweb.teams.audit`).
-
-A :class:`RolloutConfigRecord` is immutable: its content is the canonical config (every
-default filled in) and its identity within a team the sha256 of that content, so editing
-makes a new record and the same config written twice is one record.
-"""
+"""The approvals that clear a rollout config for a checkpoint, and the team's webhook with
+its delivery log (the audit log is the team's: :mod:`opdweb.teams.audit`)."""
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-
-
-class ImmutableConfig(Exception):
-    pass
-
-
-class RolloutConfigRecord(models.Model):
-    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="rollout_configs")
-    name = models.CharField(max_length=200)
-    config = models.JSONField(help_text="the validated RolloutConfig with every default filled in")
-    config_hash = models.CharField(max_length=64, help_text="sha256 of the canonical JSON of config")
-    derived_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
-                                     help_text="the record this one was edited from")
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-        constraints = [models.UniqueConstraint(fields=["team", "config_hash"], name="one_record_per_config_per_team")]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.short_hash})"
-
-    @property
-    def short_hash(self) -> str:
-        return self.config_hash[:12]
-
-    def save(self, *args, **kwargs):
-        if not self._state.adding:
-            raise ImmutableConfig("a rollout config is immutable; editing it makes a new one")
-        super().save(*args, **kwargs)
 
 
 class ApprovalState(models.TextChoices):
@@ -55,7 +19,8 @@ class ApprovalRequest(models.Model):
     checkpoint's content hash), so it lapses when either changes (:mod:`.currency`)."""
 
     team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="approval_requests")
-    config = models.ForeignKey(RolloutConfigRecord, on_delete=models.PROTECT, related_name="approval_requests")
+    config = models.ForeignKey("configs.RolloutConfigRecord", on_delete=models.PROTECT,
+                               related_name="approval_requests")
     checkpoint = models.CharField(max_length=1000, help_text="the model path as job configs name it")
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     requested_at = models.DateTimeField(auto_now_add=True)
@@ -74,7 +39,8 @@ class ApprovalRequest(models.Model):
 
     class Meta:
         ordering = ["-requested_at"]
-        indexes = [models.Index(fields=["team", "state"])]
+        # Named as it was created under the configs app, so existing databases need no change.
+        indexes = [models.Index(fields=["team", "state"], name="configs_app_team_id_2f7b83_idx")]
         constraints = [models.UniqueConstraint(fields=["config", "checkpoint"], condition=models.Q(state="pending"),
                                                name="one_pending_request_per_config_and_checkpoint")]
 

@@ -8,9 +8,9 @@ the hash decides among those (a key a job left out must default to the record's 
 from __future__ import annotations
 
 from opdweb.budgets.models import MismatchBudget
-from opdweb.configs.canonical import hash_of_rollout
-from opdweb.configs.models import RolloutConfigRecord
 from opdweb.jobs.models import Job, JobState
+from opdweb.rollouts.canonical import hash_of_rollout
+from opdweb.rollouts.models import RolloutConfigRecord
 
 ADMISSION_KIND = "admission"
 

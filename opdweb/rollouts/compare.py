@@ -2,10 +2,10 @@
 verdict on every checkpoint any of them was checked on."""
 from __future__ import annotations
 
-from opdweb.configs.access import visible_config
-from opdweb.configs.evidence import ADMISSION_KIND, jobs_using
-from opdweb.configs.models import RolloutConfigRecord
 from opdweb.jobs.models import JobState
+from opdweb.rollouts.access import visible_config
+from opdweb.rollouts.evidence import ADMISSION_KIND, jobs_using
+from opdweb.rollouts.models import RolloutConfigRecord
 
 
 def compared_configs(user, ids: list[int]) -> list[RolloutConfigRecord]:

@@ -7,8 +7,8 @@ import json
 from django.http import QueryDict
 
 from opdweb.budgets.access import visible_budget
-from opdweb.configs.access import visible_config
 from opdweb.jobs.views import FORM_PREFILLS
+from opdweb.rollouts.access import visible_config
 
 
 def admission_form(user, params: QueryDict, example: dict) -> dict:

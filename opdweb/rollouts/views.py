@@ -1,32 +1,27 @@
 """Rollout config pages: the list, the form (fields, presets, YAML paste or upload), a
-config's page with its jobs and approvals, approval requests and decisions, exports."""
+config's page with its jobs (its approvals come from the approvals app's template tag),
+and configs compared."""
 from __future__ import annotations
 
 import yaml
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
 from opdweb.budgets.models import MismatchBudget
-from opdweb.configs.access import visible_approval, visible_config
-from opdweb.configs.compare import compared_configs, verdict_rows
-from opdweb.configs.actions import do_create_config, do_decide, do_request_approval
-from opdweb.configs.currency import lapse_reason
-from opdweb.configs.canonical import ValidationError, canonical_rollout
-from opdweb.configs.evidence import (ADMISSION_KIND, budget_of, curve_with_check, jobs_using, latest_admission_check,
-                                     verdict_of)
-from opdweb.exports import FORMATS, Provenance
-from opdweb.configs.form_schema import ROLLOUT_FIELDS, SCHEMA_PARAGRAPHS, value_at
-from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord
-from opdweb.configs.presets import PRESETS, PRESETS_BY_SLUG
-from opdweb.configs.submission import config_from_form, config_from_yaml
 from opdweb.jobs.compare import parameter_rows, parse_compared_ids
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
-from opdweb.teams import audit
+from opdweb.rollouts.access import visible_config
+from opdweb.rollouts.actions import do_create_config
+from opdweb.rollouts.canonical import ValidationError, canonical_rollout
+from opdweb.rollouts.compare import compared_configs, verdict_rows
+from opdweb.rollouts.evidence import ADMISSION_KIND, jobs_using, verdict_of
+from opdweb.rollouts.form_schema import ROLLOUT_FIELDS, SCHEMA_PARAGRAPHS, value_at
+from opdweb.rollouts.models import RolloutConfigRecord
+from opdweb.rollouts.presets import PRESETS, PRESETS_BY_SLUG
+from opdweb.rollouts.submission import config_from_form, config_from_yaml
 from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
 
@@ -35,14 +30,14 @@ from opdweb.teams.models import Role
 def config_list(request):
     records = (RolloutConfigRecord.objects.filter(team__in=teams_of(request.user))
                .select_related("team", "created_by")[:500])
-    return render(request, "configs/list.html", {"records": records})
+    return render(request, "rollouts/list.html", {"records": records})
 
 
 @login_required
 @answers_refusals
 def config_compare(request):
     records = compared_configs(request.user, parse_compared_ids(request.GET.getlist("ids"), "configs"))
-    return render(request, "configs/compare.html", {
+    return render(request, "rollouts/compare.html", {
         "records": records, "ids": ",".join(str(r.pk) for r in records),
         "parameters": parameter_rows([r.config for r in records]), "verdicts": verdict_rows(records),
         "only_differences": request.GET.get("diff") == "1"})
@@ -119,12 +114,12 @@ def config_new(request, derived_from: RolloutConfigRecord | None = None):
         else:
             if not created:
                 messages.info(request, f"this config already exists in team {team.slug} as {record.name}")
-            return redirect("configs:detail", config_id=record.pk)
+            return redirect("rollouts:detail", config_id=record.pk)
     from_form = request.method == "POST" and source == "form"
     context["rows"] = _form_rows(shown, context["problems"] if from_form else [])
     inputs = {f.name for f in ROLLOUT_FIELDS}
     context["general_problems"] = [p for p in context["problems"] if not from_form or _row_of(p["field"]) not in inputs]
-    return render(request, "configs/new.html", context, status=status)
+    return render(request, "rollouts/new.html", context, status=status)
 
 
 def _read_upload(upload) -> str:
@@ -149,95 +144,11 @@ def config_edit(request, config_id: int):
 def config_detail(request, config_id: int):
     record = visible_config(request.user, config_id)
     jobs = jobs_using(record)
-    approvals = list(record.approval_requests.select_related("requested_by", "decided_by", "budget"))
-    for approval in approvals:
-        approval.lapse = lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None
     for job in jobs:
         job.verdict = verdict_of(job) if job.kind == ADMISSION_KIND else None
     checkpoints = sorted({job.config.get("model") for job in jobs if isinstance(job.config.get("model"), str)})
-    return render(request, "configs/detail.html", {
-        "record": record, "yaml_text": _as_yaml(record.config), "jobs": jobs, "approvals": approvals,
+    return render(request, "rollouts/detail.html", {
+        "record": record, "yaml_text": _as_yaml(record.config), "jobs": jobs,
         "checkpoints": checkpoints, "can_request": record.viewer_role >= Role.MEMBER,
-        "formats": FORMATS.values(),
         "budgets": MismatchBudget.objects.filter(team=record.team, superseded_by=None).order_by("-pk")[:50],
     })
-
-
-@login_required
-@require_POST
-@answers_refusals
-def approval_request(request, config_id: int):
-    record = visible_config(request.user, config_id, Role.MEMBER)
-    approval = do_request_approval(record=record, user=request.user, checkpoint=request.POST.get("checkpoint", ""),
-                                   comment=request.POST.get("comment", ""))
-    messages.info(request, f"approval requested (#{approval.pk}); an approver of team {record.team.slug} decides")
-    return redirect("configs:approval", approval_id=approval.pk)
-
-
-@login_required
-def approval_list(request):
-    approvals = (ApprovalRequest.objects.filter(team__in=teams_of(request.user))
-                 .select_related("team", "config", "requested_by", "decided_by"))
-    state = request.GET.get("state")
-    if state in ApprovalState.values:
-        approvals = approvals.filter(state=state)
-    return render(request, "configs/approvals.html",
-                  {"approvals": approvals[:500], "states": ApprovalState.values, "state": state})
-
-
-@login_required
-def approval_detail(request, approval_id: int):
-    approval = visible_approval(request.user, approval_id)
-    evidence = approval.admission_job if approval.state == ApprovalState.APPROVED else \
-        latest_admission_check(approval.config, approval.checkpoint)
-    budget = approval.budget if approval.state == ApprovalState.APPROVED else budget_of(evidence)
-    multiple = (evidence.result or {}).get("multiple") if evidence else None
-    can_decide = (approval.state == ApprovalState.PENDING and approval.viewer_role >= Role.APPROVER
-                  and approval.requested_by_id != request.user.pk)
-    return render(request, "configs/approval.html", {
-        "approval": approval, "evidence": evidence, "result": evidence.result if evidence else None,
-        "budget": budget, "curve": curve_with_check(budget, multiple),
-        "can_decide": can_decide,
-        "lapse": lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None,
-        "formats": FORMATS.values(),
-    })
-
-
-@login_required
-@require_POST
-@answers_refusals
-def approval_decide(request, approval_id: int):
-    approval = visible_approval(request.user, approval_id, Role.APPROVER)
-    decision = request.POST.get("decision")
-    if decision not in ("approve", "reject"):
-        raise Refused("decision must be approve or reject")
-    approval = do_decide(approval_id=approval.pk, user=request.user, approve=decision == "approve",
-                         comment=request.POST.get("comment", ""))
-    messages.info(request, f"approval request #{approval.pk} {approval.state}")
-    return redirect("configs:approval", approval_id=approval.pk)
-
-
-@login_required
-@answers_refusals
-def approval_export(request, approval_id: int, fmt: str):
-    """The approved config for a trainer; refused (409) unless the approval is current."""
-    approval = visible_approval(request.user, approval_id)
-    export = FORMATS.get(fmt)
-    if export is None:
-        raise Refused(f"unknown export format {fmt!r}; one of {', '.join(FORMATS)}", status=404)
-    reason = lapse_reason(approval)
-    if reason is not None:
-        raise Refused(f"only a currently approved config can be exported: {reason}", status=409)
-    record, job = approval.config, approval.admission_job
-    provenance = Provenance(
-        config_hash=record.config_hash, config_name=record.name, checkpoint=approval.checkpoint,
-        approval_id=approval.pk, approved_by=approval.decided_by.username if approval.decided_by else "?",
-        approved_at=approval.decided_at.isoformat(timespec="seconds"), admission_job_id=job.pk,
-        verdict=verdict_of(job) or "?", multiple=(job.result or {}).get("multiple"),
-    )
-    text = export.render(record.config, provenance)
-    audit.record(approval.team, request.user, audit.CONFIG_EXPORTED, f"exported {record.name} as {export.slug}",
-                 subject="approval", subject_id=approval.pk, config=record.pk, format=export.slug)
-    response = HttpResponse(text, content_type=f"{export.content_type}; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{record.short_hash}-{export.slug}.{export.extension}"'
-    return response

@@ -1,11 +1,11 @@
-"""Celery tasks of the configs app: webhook delivery, retried with backoff."""
+"""Celery tasks of the approvals app: webhook delivery, retried with backoff."""
 from celery import shared_task
 
 
 @shared_task(name="opdweb.deliver_webhook", bind=True, max_retries=None)
 def deliver_webhook(self, delivery_id: int):
-    from opdweb.configs.models import WebhookDelivery
-    from opdweb.configs.webhooks import attempt_delivery, retry_delay
+    from opdweb.approvals.models import WebhookDelivery
+    from opdweb.approvals.webhooks import attempt_delivery, retry_delay
 
     if not attempt_delivery(delivery_id):
         attempts = WebhookDelivery.objects.values_list("attempts", flat=True).get(pk=delivery_id)

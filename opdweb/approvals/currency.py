@@ -3,7 +3,7 @@ mismatch budget, of a checkpoint with one content; it lapses when the budget is
 recalibrated (a newer budget supersedes it) or the checkpoint's files change."""
 from __future__ import annotations
 
-from opdweb.configs.models import ApprovalRequest, ApprovalState
+from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from workers.science.fingerprint import checkpoint_digest
 
 
