@@ -10,9 +10,9 @@ MOVED = ["approvalrequest", "teamwebhook", "webhookdelivery"]
 
 
 def content_types_follow(apps, schema_editor, old="configs", new="approvals"):
-    ContentType = apps.get_model("contenttypes", "ContentType")
-    ContentType.objects.using(schema_editor.connection.alias).filter(app_label=old, model__in=MOVED).update(
-        app_label=new)
+    content_types = apps.get_model("contenttypes", "ContentType").objects.using(schema_editor.connection.alias)
+    taken = set(content_types.filter(app_label=new, model__in=MOVED).values_list("model", flat=True))
+    content_types.filter(app_label=old, model__in=set(MOVED) - taken).update(app_label=new)
 
 
 def content_types_back(apps, schema_editor):
