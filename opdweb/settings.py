@@ -117,7 +117,7 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = False
 
 # A failed CSRF check under /api/ is a JSON 403 like every other API refusal.
-CSRF_FAILURE_VIEW = "opdweb.api.csrf_failure"
+CSRF_FAILURE_VIEW = "opdweb.api.errors.csrf_failure"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

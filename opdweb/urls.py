@@ -27,7 +27,7 @@ urlpatterns = [
 ]
 
 # JSON answers under /api/, Django's pages elsewhere.
-handler400 = "opdweb.api.bad_request"
-handler403 = "opdweb.api.permission_denied"
-handler404 = "opdweb.api.not_found"
-handler500 = "opdweb.api.server_error"
+handler400 = "opdweb.api.errors.bad_request"
+handler403 = "opdweb.api.errors.permission_denied"
+handler404 = "opdweb.api.errors.not_found"
+handler500 = "opdweb.api.errors.server_error"
