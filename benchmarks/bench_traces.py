@@ -85,7 +85,9 @@ def series_ids(team, name) -> list[int]:
 
 def bench_copy_floor(team, by_series: bool) -> float:
     """Rows as logged (every key at each step) or sorted by series, encoded before the clock."""
-    from opdweb.traces.sink import POINT_COLUMNS, POINTS_TABLE, copy_into, encode_binary_copy
+    from opdweb.traces.batches import POINT_COLUMNS
+    from opdweb.traces.copy_encoding import copy_into, encode_binary_copy
+    from opdweb.traces.models import POINTS_TABLE
 
     ids = series_ids(team, "floor")
     steps = np.repeat(np.arange(STEPS, dtype=np.int64), KEYS)

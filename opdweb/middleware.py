@@ -40,7 +40,7 @@ FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 class RefuseNulCharacters:
     """A 400 naming the parameter: JSON under /api/, plain text elsewhere (the admin's
     filters and the pages' forms included).  JSON bodies are checked where they are
-    parsed (:func:`opdweb.api.load_json`)."""
+    parsed (:func:`opdweb.api.json_input.load_json`)."""
 
     def __init__(self, get_response):
         self.get_response = get_response

@@ -21,7 +21,7 @@ SECRET_KEY = env.str("SECRET_KEY", default="dev-only-insecure-key" if DEBUG else
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 DATA_DIR = Path(env.str("OPDWEB_DATA_DIR", default=str(BASE_DIR / "var")))
-# The sandbox of job configs (opdweb/jobs/sandbox.py): models and prompt files only from
+# The sandbox of job configs (opdweb/sandbox.py): models and prompt files only from
 # these roots; hub ids only where allowed; the BF16 reference cache is the product's.
 OPDWEB_MODEL_ROOTS = [Path(p) for p in env.list("OPDWEB_MODEL_ROOTS", default=[str(DATA_DIR / "models"), str(DATA_DIR / "toy")])]
 OPDWEB_DATA_ROOTS = [Path(p) for p in env.list("OPDWEB_DATA_ROOTS", default=[str(DATA_DIR / "data")])]
@@ -44,7 +44,8 @@ INSTALLED_APPS = [
     "opdweb.traces",
     "opdweb.health",
     "opdweb.budgets",
-    "opdweb.configs",
+    "opdweb.rollouts",
+    "opdweb.approvals",
     "opdweb.registry",
 ]
 
@@ -116,7 +117,7 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = False
 
 # A failed CSRF check under /api/ is a JSON 403 like every other API refusal.
-CSRF_FAILURE_VIEW = "opdweb.api.csrf_failure"
+CSRF_FAILURE_VIEW = "opdweb.api.errors.csrf_failure"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -146,7 +147,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=256
 # A job config above this many bytes of JSON is refused (400) even if the body fits.
 JOB_CONFIG_MAX_BYTES = env.int("JOB_CONFIG_MAX_BYTES", default=64 * 1024)
 
-# Approval webhooks (opdweb/configs/webhooks.py): attempts per event, first retry delay (doubling).
+# Approval webhooks (opdweb/approvals/webhooks.py): attempts per event, first retry delay (doubling).
 WEBHOOK_MAX_ATTEMPTS = env.int("WEBHOOK_MAX_ATTEMPTS", default=6)
 WEBHOOK_RETRY_SECONDS = env.float("WEBHOOK_RETRY_SECONDS", default=10.0)
 

@@ -16,7 +16,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("jobs/", include("opdweb.jobs.urls")),
     path("budgets/", include("opdweb.budgets.urls")),
-    path("", include("opdweb.configs.urls")),
+    path("", include("opdweb.rollouts.urls")),
+    path("", include("opdweb.approvals.urls")),
     path("teams/", include("opdweb.teams.urls")),
     path("models/", include("opdweb.registry.urls")),
     path("status/", health.status_page, name="status"),
@@ -26,7 +27,7 @@ urlpatterns = [
 ]
 
 # JSON answers under /api/, Django's pages elsewhere.
-handler400 = "opdweb.api.bad_request"
-handler403 = "opdweb.api.permission_denied"
-handler404 = "opdweb.api.not_found"
-handler500 = "opdweb.api.server_error"
+handler400 = "opdweb.api.errors.bad_request"
+handler403 = "opdweb.api.errors.permission_denied"
+handler404 = "opdweb.api.errors.not_found"
+handler500 = "opdweb.api.errors.server_error"

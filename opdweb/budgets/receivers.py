@@ -7,7 +7,7 @@ from django.dispatch import receiver
 
 from opdweb.budgets.models import MismatchBudget
 from opdweb.jobs.actions import CONFIG_RESOLVERS
-from opdweb.jobs.sandbox import OutsideSandbox, confine_model
+from opdweb.sandbox import OutsideSandbox, confine_model
 from opdweb.jobs.signals import job_succeeded
 from opdweb.refusals import Refused
 

@@ -17,8 +17,8 @@ from pydantic import ValidationError
 from opdweb.jobs import live
 from opdweb.jobs.broker import BROKER_ERRORS, task_id, waiting_attempts
 from opdweb.jobs.models import Job, JobState
-from opdweb.jobs.sandbox import confine
 from opdweb.refusals import Refused
+from opdweb.sandbox import confine
 from workers.science.entrypoints import JobKind, UnknownJobKind, get_kind
 
 log = logging.getLogger(__name__)

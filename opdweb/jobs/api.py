@@ -15,7 +15,7 @@ from opdweb.jobs.models import Job
 from opdweb.refusals import Refused
 from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
-from opdweb.traces.export import export_response
+from opdweb.traces.download import export_response
 from opdweb.traces.models import TraceSeries
 from opdweb.traces.queries import MAX_BUCKETS, downsample
 from workers.science.entrypoints import KINDS

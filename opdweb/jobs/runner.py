@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from opdweb.jobs import live
 from opdweb.jobs.models import TERMINAL_STATES, Job, JobLogEntry, JobState
-from opdweb.jobs.sandbox import confine, product_values
+from opdweb.sandbox import confine, product_values
 from opdweb.jobs.signals import job_succeeded
 from opdweb.refusals import Refused
 from opdweb.traces.sink import TraceSink

@@ -20,7 +20,7 @@ from opdweb.jobs.history import history_reads
 from opdweb.jobs.listing import JobListView
 from opdweb.jobs.models import Job, JobState
 from opdweb.jobs.result_charts import result_charts
-from opdweb.jobs.sandbox import product_values
+from opdweb.sandbox import product_values
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.teams.access import teams_of

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from django.db import IntegrityError, transaction
 
-from opdweb.jobs.sandbox import OutsideSandbox, confine_model
 from opdweb.refusals import Refused
 from opdweb.registry.models import RegisteredModel
+from opdweb.sandbox import OutsideSandbox, confine_model
 from workers.science.fingerprint import TOKENIZER_GLOBS, checkpoint_digest
 from workers.science.preflight import check_model
 

@@ -1,7 +1,12 @@
-"""Who may see and do what: the one place team scoping is decided."""
+"""Who may see and do what: the one place team scoping is decided.
+
+The rule for a team's object (a job, a config, an approval, the team itself): someone
+outside the team gets a 404 (other teams' objects are never revealed); a member whose
+role is too low gets a 403.
+"""
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Model, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
 from opdweb.refusals import Refused
@@ -27,15 +32,31 @@ def has_role(user, team_id: int, min_role: Role) -> bool:
     return role is not None and role >= min_role
 
 
+def _at_least(role: Role, min_role: Role, slug: str) -> Role:
+    if role < min_role:
+        raise Refused(f"your role in team {slug} cannot do this (needs {min_role.label})", status=403)
+    return role
+
+
+def visible_in_team(model: type[Model], what: str, user, pk: int, min_role: Role = Role.VIEWER,
+                    related: tuple[str, ...] = ()):
+    """The ``model`` row ``pk`` with ``viewer_role`` set, under the rule above.  One query:
+    the object, its team and ``related``, and the user's role in that team."""
+    obj = None
+    if user.is_authenticated:
+        role = Membership.objects.filter(team=OuterRef("team"), user=user).values("role")[:1]
+        obj = model.objects.select_related("team", *related).annotate(role=Subquery(role)).filter(pk=pk).first()
+    if obj is None or obj.role is None:
+        raise Http404(f"{what} #{pk} not found")
+    obj.viewer_role = _at_least(Role(obj.role), min_role, obj.team.slug)
+    return obj
+
 
 def team_for(user, slug: str, min_role: Role = Role.VIEWER) -> Team:
-    """The team named ``slug`` with ``viewer_role`` set: a 404 for someone outside it (teams
-    one is not in are not revealed), a 403 for a member whose role is too low."""
+    """The team named ``slug`` with ``viewer_role`` set, under the rule above."""
     team = Team.objects.filter(slug=slug).first()
     role = role_in(user, team.pk) if team is not None else None
     if role is None:
         raise Http404(f"team {slug!r} not found")
-    if role < min_role:
-        raise Refused(f"your role in team {slug} cannot do this (needs {min_role.label})", status=403)
-    team.viewer_role = role
+    team.viewer_role = _at_least(role, min_role, slug)
     return team

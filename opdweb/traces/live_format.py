@@ -1,5 +1,5 @@
 """The live channel's trace message, read side, without numpy (the web process stays
-light; the worker side that packs it is :func:`opdweb.traces.sink.live_messages`).
+light; the worker side that packs it is :func:`opdweb.traces.live_packing.live_messages`).
 
 ``{"type": "trace.points", "keys": [...], "counts": [...], "steps": bytes, "walls": bytes,
 "values": bytes}``: per key, ``count`` points in strictly increasing step order; the

@@ -57,3 +57,9 @@ def delete_points_of_series(sender, instance, **kwargs):
 
 
 models.signals.pre_delete.connect(delete_points_of_series, sender=TraceSeries)
+
+
+# The tables the sink writes by COPY and SQL of its own.
+POINTS_TABLE = TracePoint._meta.db_table
+ROLLUP_TABLE = TraceRollup._meta.db_table
+SERIES_TABLE = TraceSeries._meta.db_table

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from playwright.sync_api import expect
 
-from opdweb.configs.models import ApprovalRequest, RolloutConfigRecord
+from opdweb.approvals.models import ApprovalRequest
+from opdweb.rollouts.models import RolloutConfigRecord
 from opdweb.teams.models import Role
 from tests.web.approval_world import admission_job, make_budget, make_checkpoint
 from tests.web.factories import MembershipFactory

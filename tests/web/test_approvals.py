@@ -4,8 +4,8 @@ budget is recalibrated or the checkpoint changes; only a current approval export
 import pytest
 from django.test import Client
 
-from opdweb.configs.actions import do_create_config
-from opdweb.configs.models import ApprovalRequest, ApprovalState
+from opdweb.approvals.models import ApprovalRequest, ApprovalState
+from opdweb.rollouts.actions import do_create_config
 from opdweb.teams.models import AuditEntry, Role
 from tests.web.approval_world import admission_job, make_budget, make_checkpoint, recalibrate
 from tests.web.factories import MembershipFactory, TeamFactory

@@ -305,8 +305,9 @@ def page_expected(actor: Actor, slug: str, needs: Role, allowed, path: str):
 
 @pytest.mark.django_db
 def test_config_approval_and_team_pages_authorization_matrix(capsys, tmp_path, settings):
-    from opdweb.configs.actions import do_create_config
-    from opdweb.configs.models import ApprovalRequest, ApprovalState, RolloutConfigRecord, TeamWebhook
+    from opdweb.approvals.models import ApprovalRequest, ApprovalState, TeamWebhook
+    from opdweb.rollouts.actions import do_create_config
+    from opdweb.rollouts.models import RolloutConfigRecord
     from tests.web.approval_world import admission_job, make_budget, make_checkpoint
 
     settings.OPDWEB_MODEL_ROOTS = [tmp_path / "models"]

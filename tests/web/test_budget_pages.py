@@ -70,7 +70,7 @@ def test_the_budget_curve_is_drawn_with_the_check_on_it(member, asgi_server, pag
 def test_check_admission_fills_the_form_from_a_budget_and_refuses_another_teams(member, outsider, client):
     import json
 
-    from opdweb.configs.models import RolloutConfigRecord
+    from opdweb.rollouts.models import RolloutConfigRecord
 
     user, team = member
     budget = stored_calibration(team, user, "/models/student", 9.1)

@@ -4,8 +4,8 @@ import json
 
 import yaml
 
-from opdweb.configs.canonical import canonical_rollout
-from opdweb.configs.exports import FORMATS, Provenance
+from opdweb.exports import FORMATS, Provenance
+from opdweb.rollouts.canonical import canonical_rollout
 
 PROVENANCE = Provenance(config_hash="ab" * 32, config_name="fp8 w+kv", checkpoint="/models/student",
                         approval_id=7, approved_by="bob", approved_at="2026-11-30T12:00:00+00:00",

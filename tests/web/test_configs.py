@@ -6,10 +6,10 @@ import json
 import pytest
 from django.test import Client
 
-from opdweb.configs.actions import do_create_config
-from opdweb.configs.canonical import canonical_rollout, config_hash
-from opdweb.configs.models import RolloutConfigRecord
-from opdweb.configs.presets import PRESETS
+from opdweb.rollouts.actions import do_create_config
+from opdweb.rollouts.canonical import canonical_rollout, config_hash
+from opdweb.rollouts.models import RolloutConfigRecord
+from opdweb.rollouts.presets import PRESETS
 from opdweb.teams.models import AuditEntry, Role
 from tests.web.factories import JobFactory, MembershipFactory, TeamFactory
 
@@ -194,7 +194,7 @@ def test_editing_makes_a_new_record_and_leaves_the_old_one(member_client):
 
 
 def test_a_record_cannot_be_changed_in_place(member):
-    from opdweb.configs.models import ImmutableConfig
+    from opdweb.rollouts.models import ImmutableConfig
 
     user, team = member
     record, _ = do_create_config(team=team, user=user, name="base", data={})

@@ -161,7 +161,7 @@ def test_only_an_admin_deletes(roots):
 
 @pytest.mark.django_db
 def test_the_job_and_approval_forms_offer_the_teams_registered_models(roots):
-    from opdweb.configs.actions import do_create_config
+    from opdweb.rollouts.actions import do_create_config
 
     client, team = client_as(Role.MEMBER)
     register(client, team, make_loadable_checkpoint(roots, "s"), name="student v1", kind="student")

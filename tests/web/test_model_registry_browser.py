@@ -5,7 +5,7 @@ import json
 
 from playwright.sync_api import expect
 
-from opdweb.configs.actions import do_create_config
+from opdweb.rollouts.actions import do_create_config
 from opdweb.registry.models import RegisteredModel
 from tests.web.test_pages_browser import log_in, page  # noqa: F401 - page is a fixture
 

@@ -5,8 +5,9 @@ without a script error or a failed request, and is kept as a screenshot under
 ``test-artifacts/pages/``."""
 from pathlib import Path
 
-from opdweb.configs.actions import do_create_config, do_request_approval
+from opdweb.approvals.actions import do_request_approval
 from opdweb.registry.models import RegisteredModel
+from opdweb.rollouts.actions import do_create_config
 from opdweb.teams.models import Role
 from opdweb.traces.sink import TraceSink
 from tests.web.approval_world import admission_job, make_budget, make_checkpoint

@@ -9,7 +9,8 @@ import pytest
 
 from opdweb.traces.models import ROLLUP_WIDTHS, TracePoint, TraceRollup, TraceSeries
 from opdweb.traces.pending import PendingPoints
-from opdweb.traces.sink import TraceSink, rollup_columns
+from opdweb.traces.rollups import rollup_columns
+from opdweb.traces.sink import TraceSink
 from tests.web.factories import JobFactory
 
 

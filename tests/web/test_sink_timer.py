@@ -18,7 +18,8 @@ from opdweb.jobs.actions import do_submit_job
 from opdweb.jobs.models import Job, JobState
 from opdweb.traces.models import TracePoint, TraceSeries
 from opdweb.traces.live_format import unpack_live_message
-from opdweb.traces.sink import LIVE_MESSAGE_POINTS, TraceSink
+from opdweb.traces.live_packing import LIVE_MESSAGE_POINTS
+from opdweb.traces.sink import TraceSink
 from tests.web.conftest import wait_for
 from tests.web.factories import JobFactory
 from workers.science.selftest import SELFTEST_KEYS, selftest_value

@@ -10,10 +10,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from django.test import Client
 
-from opdweb.configs.actions import do_create_config
-from opdweb.configs.models import ApprovalRequest, DeliveryState, TeamWebhook, WebhookDelivery
-from opdweb.configs.webhooks import attempt_delivery
+from opdweb.approvals.models import ApprovalRequest, DeliveryState, TeamWebhook, WebhookDelivery
+from opdweb.approvals.webhooks import attempt_delivery
 from opdweb.embedded_servers import free_port
+from opdweb.rollouts.actions import do_create_config
 from opdweb.teams.models import AuditEntry, Role
 from tests.web.conftest import wait_for
 from tests.web.factories import MembershipFactory, TeamFactory

@@ -1,0 +1,25 @@
+"""Whether an approval still holds.  It was granted on one admission check, against one
+mismatch budget, of a checkpoint with one content; it lapses when the budget is
+recalibrated (a newer budget supersedes it) or the checkpoint's files change."""
+from __future__ import annotations
+
+from opdweb.approvals.models import ApprovalRequest, ApprovalState
+from workers.science.fingerprint import checkpoint_digest
+
+
+def current_checkpoint_hash(checkpoint: str) -> str | None:
+    """The checkpoint's content hash now (weights and config files), None if it is gone."""
+    return checkpoint_digest(checkpoint)
+
+
+def lapse_reason(approval: ApprovalRequest) -> str | None:
+    """None when the approval is current; else why it is not, in a sentence.  Current iff
+    approved, its budget's ``superseded_by`` is null, and the checkpoint's content hash
+    equals the one recorded when it was approved."""
+    if approval.state != ApprovalState.APPROVED:
+        return f"approval #{approval.pk} is {approval.state}, not approved"
+    if approval.budget is None or approval.budget.superseded_by_id is not None:
+        return f"the mismatch budget it was approved against was recalibrated since (approval #{approval.pk} lapsed)"
+    if current_checkpoint_hash(approval.checkpoint) != approval.checkpoint_hash:
+        return f"the checkpoint {approval.checkpoint} changed since it was approved (approval #{approval.pk} lapsed)"
+    return None

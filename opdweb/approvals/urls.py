@@ -1,0 +1,13 @@
+from django.urls import path
+
+from opdweb.approvals import views, webhook_views
+
+app_name = "approvals"
+urlpatterns = [
+    path("configs/<int:config_id>/request-approval/", views.approval_request, name="request"),
+    path("approvals/", views.approval_list, name="list"),
+    path("approvals/<int:approval_id>/", views.approval_detail, name="detail"),
+    path("approvals/<int:approval_id>/decide/", views.approval_decide, name="decide"),
+    path("approvals/<int:approval_id>/export/<slug:fmt>/", views.approval_export, name="export"),
+    path("teams/<slug:slug>/webhook/", webhook_views.webhook_settings, name="webhook"),
+]

@@ -1,0 +1,98 @@
+"""The team's webhook: each approval event is posted as JSON, signed with HMAC-SHA256 of
+the exact body under the team's secret, by a Celery task that retries with backoff.
+
+The receiver checks ``X-Opdweb-Signature: sha256=<hex>`` against
+``hmac.new(secret, body, sha256).hexdigest()``; ``X-Opdweb-Event`` and
+``X-Opdweb-Delivery`` name the event and the delivery (the same on every retry, so a
+receiver can drop duplicates).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import urllib.error
+import urllib.request
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from opdweb.approvals.models import DeliveryState, TeamWebhook, WebhookDelivery
+from opdweb.jobs.broker import BROKER_ERRORS
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 5.0
+
+
+def signature(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def body_of(delivery: WebhookDelivery) -> bytes:
+    return json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
+
+
+def queue_event(team, event: str, payload: dict) -> WebhookDelivery | None:
+    """Log a delivery of ``event`` to the team's webhook (if it has one) and send it once the
+    caller's transaction commits."""
+    hook = TeamWebhook.objects.filter(team=team).first()
+    if hook is None:
+        return None
+    delivery = WebhookDelivery.objects.create(team=team, event=event, url=hook.url,
+                                              payload={"event": event, "team": team.slug, **payload})
+    transaction.on_commit(lambda: _send_task(delivery.pk))
+    return delivery
+
+
+def _send_task(delivery_id: int) -> None:
+    """A broker that is down loses no event: the delivery stays pending in the log."""
+    from opdweb.celery_app import app
+
+    try:
+        app.send_task("opdweb.deliver_webhook", args=[delivery_id], queue="cpu")
+    except BROKER_ERRORS:
+        log.warning("broker unreachable; webhook delivery %s left pending", delivery_id, exc_info=True)
+
+
+def attempt_delivery(delivery_id: int) -> bool:
+    """Post the delivery once and record how it went; True when it needs no more attempts
+    (delivered, or gone)."""
+    delivery = WebhookDelivery.objects.select_related("team").filter(pk=delivery_id).first()
+    if delivery is None or delivery.state == DeliveryState.DELIVERED:
+        return True
+    hook = TeamWebhook.objects.filter(team=delivery.team).first()
+    secret = hook.secret if hook is not None else ""
+    body = body_of(delivery)
+    request = urllib.request.Request(delivery.url, data=body, method="POST", headers={
+        "Content-Type": "application/json",
+        "User-Agent": "opdweb-webhook/1",
+        "X-Opdweb-Event": delivery.event,
+        "X-Opdweb-Delivery": str(delivery.pk),
+        "X-Opdweb-Signature": signature(secret, body),
+    })
+    status, error = None, ""
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status, error = exc.code, f"the receiver answered {exc.code} {exc.reason}"
+    except (urllib.error.URLError, OSError) as exc:
+        error = f"could not reach the receiver: {getattr(exc, 'reason', exc)}"
+    delivered = status is not None and 200 <= status < 300
+    delivery.attempts += 1
+    delivery.last_status = status
+    delivery.last_error = error[:500]
+    if delivered:
+        delivery.state, delivery.delivered_at = DeliveryState.DELIVERED, timezone.now()
+    elif delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
+        delivery.state = DeliveryState.FAILED
+    delivery.save(update_fields=["attempts", "last_status", "last_error", "state", "delivered_at"])
+    return delivery.state != DeliveryState.PENDING
+
+
+def retry_delay(attempts: int) -> float:
+    """Seconds before the next attempt: doubling from ``WEBHOOK_RETRY_SECONDS``."""
+    return settings.WEBHOOK_RETRY_SECONDS * 2 ** max(attempts - 1, 0)
