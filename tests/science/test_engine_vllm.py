@@ -17,7 +17,7 @@ needs_vllm = pytest.mark.skipif(VLLM_IMPORT_ERROR is not None, reason=f"vllm can
 
 @pytest.fixture(scope="module")
 def session(student):
-    from workers.science.mismatch import MeasurementSession
+    from workers.science.measurement import MeasurementSession
 
     job = MismatchJobConfig(model=student, rollout=RolloutConfig(engine="vllm"), prompts=64, device="cpu", bootstrap=200)
     return MeasurementSession(job)

@@ -19,7 +19,7 @@ def test_kv_capacity_by_hand():
 def sensitivity(teacher, target, rep=None):
     cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.2),
                                prompts=96, bootstrap=100, target=target, device="cpu", reference_engine="hf")
-    return run_sensitivity(cfg, rep)
+    return run_sensitivity(cfg, rep).model_dump(mode="json")
 
 
 def test_per_layer_ranking_and_recipe(teacher):
@@ -48,13 +48,13 @@ def test_per_layer_ranking_and_recipe(teacher):
 def test_a_config_already_under_target_needs_no_recipe(teacher):
     cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(weights="fp8_e4m3"), prompts=48, bootstrap=0,
                                target=1e6, device="cpu", reference_engine="hf")
-    assert run_sensitivity(cfg)["recipe"]["keep_bf16"] == []
+    assert run_sensitivity(cfg).model_dump(mode="json")["recipe"]["keep_bf16"] == []
 
 
 def test_module_units(teacher):
     cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(kv_cache="fp8_e4m3", weights="int8"), prompts=32,
                                bootstrap=0, unit="module", device="cpu", reference_engine="hf")
-    r = run_sensitivity(cfg)
+    r = run_sensitivity(cfg).model_dump(mode="json")
     units = {u["unit"] for u in r["ranking"]}
     assert "model.layers.0.self_attn.kv_cache" in units and "model.layers.1.mlp.down_proj" in units
     assert len(units) == 2 * 7 + 2

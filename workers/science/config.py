@@ -9,24 +9,46 @@ from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Union
+from typing import Annotated, Any, Callable, Literal, Union, get_args
 
 import re2
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 Engine = Literal["hf", "vllm"]
 #: The BF16 engine a multiple is measured in: ``auto`` is vLLM where it is installed and can
 #: run the model and config (the paper's "standard BF16 engine"), else hf.
 UnitEngine = Literal["auto", "hf", "vllm"]
-ComputeDtype = Literal["fp32", "bf16", "fp16"]
-WeightFormat = Literal["bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"]
+#: The schema's compute dtype names, with their spelling in torch and vLLM (``torch.bfloat16``,
+#: ``LLM(dtype="bfloat16")``): the one dtype map the engines read.
+DTYPE_LIBRARY_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: The other names people write for them (torch's and vLLM's spellings, ``half``, ``float``);
+#: a config validated here takes them, so the command line and the web accept the same.
+DTYPE_ALIASES = {**{lib: name for name, lib in DTYPE_LIBRARY_NAMES.items()}, "half": "fp16", "float": "fp32"}
+
+
+def fold_dtype_alias(value: Any) -> Any:
+    """The schema's spelling of an aliased dtype name (``bfloat16`` -> ``bf16``, any case,
+    surrounding spaces ignored); anything else unchanged, for the schema to judge."""
+    if isinstance(value, str) and value.strip().lower() in DTYPE_ALIASES:
+        return DTYPE_ALIASES[value.strip().lower()]
+    return value
+
+
+ComputeDtype = Annotated[Literal["fp32", "bf16", "fp16"], BeforeValidator(fold_dtype_alias)]
+WeightFormat = Annotated[Literal["bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"], BeforeValidator(fold_dtype_alias)]
 ScaleGranularity = Literal["tensor", "channel", "block"]
 KvCacheFormat = Literal["none", "fp8_e4m3", "fp8_e5m2"]
 KvScaleGranularity = Literal["tensor", "head"]
 ActivationFormat = Literal["none", "fp8_e4m3"]
 Fp8Matmul = Literal["auto", "emulate", "scaled_mm"]
+#: The metrics a multiple can be taken on (the primary metric of a measurement).
 MetricName = Literal["k1", "k2", "k3", "kl_full", "tv_full", "chi2_token", "mult_error"]
+#: Every token-mean metric :mod:`.metrics` computes: those, and ``prob_diff`` (reported, not
+#: a primary metric).  Declared here, beside the schema, so the web and the science share it.
+TOKEN_METRICS: tuple[str, ...] = (*get_args(MetricName), "prob_diff")
+#: What one part of a sensitivity scan is: a decoder layer, or one module (a linear or a KV cache).
+ScanGranularity = Literal["layer", "module"]
 
 #: Hard limits so that a huge request is refused at validation, not discovered on a GPU.
 MAX_PATTERN_CHARS = 200
@@ -205,7 +227,10 @@ class SensitivityJobConfig(_MeasureConfig):
     """Per-layer sensitivity of the config, and the recipe search under ``target``."""
 
     target: float | None = Field(None, gt=0.0, le=1e9, description="Target multiple for the recipe search.")
-    unit: Literal["layer", "module"] = "layer"
+    granularity: ScanGranularity = Field(
+        "layer", validation_alias=AliasChoices("granularity", "unit"),
+        description="What one scanned part is: a decoder layer, or a module (each linear and each layer's KV "
+                    "cache). Formerly spelled `unit`, which still works.")
     prompts: int = Field(128, ge=1, le=MAX_PROMPTS)
 
 

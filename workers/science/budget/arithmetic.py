@@ -24,7 +24,7 @@ prompts that would likely decide it assume the CI's half-width shrinks as 1/sqrt
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 BudgetStatus = Literal["reached", "not_reached", "below_ladder"]
@@ -87,13 +87,6 @@ class Budget:
     seed_z: float
     levels: tuple[LevelJudgement, ...]
 
-    @property
-    def brackets(self) -> bool:
-        return self.status == "reached"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def find_budget(baseline: Sequence[float], levels: Sequence[Level], tolerance_points: float = 1.4,
                 seed_z: float = 1.0) -> Budget:
@@ -146,9 +139,6 @@ class Decision:
     reason: str
     margin: float | None  # budget / multiple: above 1 is room to spare
     prompts_to_decide: int | None = None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def decide(multiple: float | None, ci: Sequence[float] | None, budget: float | None, status: BudgetStatus,

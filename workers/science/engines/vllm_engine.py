@@ -23,10 +23,9 @@ from typing import Sequence
 
 import torch
 
-from ..config import ConfigError, RolloutConfig, SamplingConfig
+from ..config import DTYPE_LIBRARY_NAMES, ConfigError, RolloutConfig, SamplingConfig
 from .base import Rollouts, Scores, sequence_seed, special_token_ids
 
-_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def _cpu_flags() -> set[str]:
@@ -93,7 +92,7 @@ class VLLMEngine:
             raise ConfigError(f"engine vllm cannot run this config with {where}: " + "; ".join(problems))
         from vllm import LLM
 
-        kwargs = dict(model=model_dir, dtype=_DTYPES[cfg.dtype], seed=cfg.seed, enforce_eager=True,
+        kwargs = dict(model=model_dir, dtype=DTYPE_LIBRARY_NAMES[cfg.dtype], seed=cfg.seed, enforce_eager=True,
                       max_num_seqs=max_num_seqs, disable_log_stats=True, logprobs_mode="processed_logprobs")
         if max_model_len:
             kwargs["max_model_len"] = max_model_len

@@ -43,6 +43,7 @@ from ..engines.hf.sampling import left_pad, positions
 from ..prompts import ARITHMETIC_LEVELS, Problem, arithmetic_prompt_set
 from ..reporting import Cancelled, NullReporter, Reporter
 from ..prompts import TASK_FILE, model_task
+from .results import TrainingResult
 from . import losses
 from .config import TrainingConfig
 from .recheck import AdmissionRecheck
@@ -168,7 +169,7 @@ class OnPolicyTrainer:
         return p
 
     # -- the loop ------------------------------------------------------------------------------
-    def train(self) -> dict:
+    def train(self) -> TrainingResult:
         try:
             return self._train()
         finally:
@@ -407,16 +408,16 @@ class OnPolicyTrainer:
         self.totals = state["totals"]
         self.step = state["step"]
 
-    def _report(self, checkpoint: str | None) -> dict:
+    def _report(self, checkpoint: str | None) -> TrainingResult:
         start = self.evals[0][1] if self.evals and self.evals[0][0] == 0 else None
-        return {
+        return TrainingResult.model_validate({
             "method": self.method, "model": self.config.model, "task": f"arithmetic:{self.level}",
             "steps": self.step, "start_accuracy": start, "final_accuracy": self.evals[-1][1] if self.evals else None,
             "evals": [{"step": s, "accuracy": a} for s, a in self.evals], "checkpoint": checkpoint,
             "k3_reference": self.k3_reference, "time": {k: v for k, v in self.totals.items() if k != "tokens"},
             "tokens": self.totals["tokens"], "async_k": self.config.async_k,
             "admission": self.recheck.report() if self.recheck is not None else None,
-        }
+        })
 
 
 def _check_vllm(config: TrainingConfig) -> None:
