@@ -51,7 +51,7 @@ class MalformedResult(RuntimeError):
 
 @dataclass(frozen=True)
 class JobKind:
-    name: Kind
+    name: str  # a :class:`~.kinds.Kind` for the product's own kinds
     config: type[BaseModel]
     result: type[BaseModel]  # what the entry point returns, and what the product stores and reads back
     entry: str  # "module:function", imported when the job runs
