@@ -20,8 +20,15 @@ from typing import Any, Literal, Sequence, Union, get_args, get_origin
 from pydantic import AliasChoices, BaseModel
 from pydantic.fields import FieldInfo
 
-from .config import (DTYPE_ALIASES, ConfigError, RolloutConfig, ValidationError, describe_validation_error, load_mapping_file,
-                     validation_problems)
+from .config import (
+    DTYPE_ALIASES,
+    ConfigError,
+    RolloutConfig,
+    ValidationError,
+    describe_validation_error,
+    load_mapping_file,
+    validation_problems,
+)
 from .entrypoints import KINDS, JobKind
 from .kinds import Kind
 from .reporting import Cancelled, ConsoleReporter
@@ -40,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build-toy-models", help="train the tiny teacher and student (cached)")
     b.add_argument("--size", choices=["test", "demo", "long"], required=True,
-                   help="test: seconds, 1-digit addition; demo: minutes, 3-digit +/*; long: minutes, 4-digit addition with a worked solution")
+                   help="test: seconds, 1-digit addition; demo: minutes, 3-digit +/*; "
+                        "long: minutes, 4-digit addition with a worked solution")
     b.add_argument("--out", required=True, help="directory; gets teacher/ and student/")
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
     b.add_argument("--threads", type=int, default=1)
@@ -70,7 +78,8 @@ def _add_kind(sub, kind: JobKind) -> None:
         elif get_origin(annotation) is Literal:
             j.add_argument(*_flags(name, info), dest=name, choices=_choices(annotation), help=_help(info.description))
         elif annotation is bool:
-            j.add_argument(_flag(name), dest=name, action="store_const", const=True, default=None, help=_help(info.description))
+            j.add_argument(_flag(name), dest=name, action="store_const", const=True, default=None,
+                           help=_help(info.description))
         elif annotation in (int, float, str, bool):
             j.add_argument(_flag(name), dest=name, required=info.is_required(), help=_help(info.description))
     for option in kind.cli_options:
@@ -96,7 +105,9 @@ def _choices(literal: Any) -> list[str]:
 def _flags(field_name: str, info: FieldInfo) -> list[str]:
     """The field's flag, then those of its former spellings (``--unit`` for ``--granularity``)."""
     alias = info.validation_alias
-    former = [a for a in alias.choices if isinstance(a, str) and a != field_name] if isinstance(alias, AliasChoices) else []
+    if not isinstance(alias, AliasChoices):
+        return [_flag(field_name)]
+    former = [a for a in alias.choices if isinstance(a, str) and a != field_name]
     return [_flag(field_name)] + [_flag(a) for a in former]
 
 

@@ -13,7 +13,16 @@ from typing import Annotated, Any, Callable, Literal, Union, get_args
 
 import re2
 import yaml
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 Engine = Literal["hf", "vllm"]
 #: The BF16 engine a multiple is measured in: ``auto`` is vLLM where it is installed and can
@@ -167,21 +176,26 @@ class RolloutConfig(_Strict):
 
 class _JobConfig(_Strict):
     model: str = Field(..., min_length=1, max_length=1000, json_schema_extra={"sandbox": "model"},
-                       description="Checkpoint directory under the model roots (or a hub id where the installation allows).")
+                       description="Checkpoint directory under the model roots (or a hub id where the "
+                                   "installation allows).")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    task: str = Field("auto", max_length=1000, json_schema_extra={"sandbox": "data", "builtin": ["auto", "arithmetic:*"]},
-                      description="'auto' (the task the model dir names, else arithmetic:3), 'arithmetic:LEVEL', or a GSM8K/MATH JSONL file under the data roots.")
+    task: str = Field("auto", max_length=1000,
+                      json_schema_extra={"sandbox": "data", "builtin": ["auto", "arithmetic:*"]},
+                      description="'auto' (the task the model dir names, else arithmetic:3), 'arithmetic:LEVEL', "
+                                  "or a GSM8K/MATH JSONL file under the data roots.")
     prompts: int = Field(256, ge=1, le=MAX_PROMPTS)
     max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, description="Overrides rollout.sampling.")
     seed: int | None = Field(None, ge=0, le=MAX_SEED,
-                             description="Sampling and prompt seed; overrides the rollout config's seed (the report says so). Default: the rollout config's.")
+                             description="Sampling and prompt seed; overrides the rollout config's seed (the "
+                                         "report says so). Default: the rollout config's.")
     batch_size: int = Field(64, ge=1, le=4096)
     trainer_dtype: ComputeDtype = "fp32"
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     threads: int | None = Field(None, ge=1, le=512)
     cache_dir: str | None = Field(
         None, json_schema_extra={"sandbox": "product"},
-        description="Directory for cached BF16 reference measurements and FP8 KV calibrations (they repeat for every config); the product sets it for jobs.",
+        description="Directory for cached BF16 reference measurements and FP8 KV calibrations (they repeat for "
+                    "every config); the product sets it for jobs.",
     )
 
     @property
@@ -208,7 +222,8 @@ class _JobConfig(_Strict):
 class _MeasureConfig(_JobConfig):
     metric: MetricName = "k3"
     reference_engine: UnitEngine | None = Field(
-        "auto", description="The BF16 engine that is the unit of the multiple: auto (vllm where it can run, else hf), hf or vllm.")
+        "auto", description="The BF16 engine that is the unit of the multiple: auto (vllm where it can run, else "
+                            "hf), hf or vllm.")
     bootstrap: int = Field(1000, ge=0, le=100_000)
     position_buckets: list[int] = Field(default_factory=lambda: [0, 8, 16, 32, 64, 128, 256, 512, 1024], max_length=64)
 
@@ -217,10 +232,13 @@ class MismatchJobConfig(_MeasureConfig):
     """Admission measurement: the config's multiple of the BF16 engine's mismatch."""
 
     target_ci: float = Field(0.25, ge=0.0, le=10.0,
-                             description="Sample in rounds until the 95% CI half-width is at most this fraction of the multiple (0: one round of `prompts`).")
+                             description="Sample in rounds until the 95% CI half-width is at most this fraction "
+                                         "of the multiple (0: one round of `prompts`).")
     max_tokens: int = Field(200_000, ge=1, le=50_000_000,
-                            description="Token budget: stop sampling rounds once the config's responses hold this many tokens.")
-    compare_units: bool = Field(False, description="Also report the multiple against the other BF16 engine and the factor between the two units.")
+                            description="Token budget: stop sampling rounds once the config's responses hold "
+                                        "this many tokens.")
+    compare_units: bool = Field(False, description="Also report the multiple against the other BF16 engine and the "
+                                                   "factor between the two units.")
 
 
 class SensitivityJobConfig(_MeasureConfig):
@@ -249,7 +267,8 @@ def _read(path: str | Path) -> str:
     try:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8 YAML") from None
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}); "
+                          "save it as UTF-8 YAML") from None
     except OSError as exc:
         raise ConfigError(f"config file {str(p)!r} cannot be read: {exc.strerror}") from None
 

@@ -7,7 +7,8 @@ Adding a kind means adding one :func:`register` call.
 Every entry point is ``function(config, reporter, **options) -> Result``, the kind's typed
 result (:mod:`.results` and the budget and training packages' ``results``);
 :meth:`JobKind.run` returns it validated, so a malformed result fails the job that made it
-(:class:`MalformedResult`).  An entry point raises :class:`~workers.science.config.ConfigError` for configs that cannot run and
+(:class:`MalformedResult`).  An entry point raises
+:class:`~workers.science.config.ConfigError` for configs that cannot run and
 :class:`~workers.science.reporting.Cancelled` when the reporter asks to stop.  Entry points
 are named as ``"module:function"`` and imported only when a job runs, so importing this
 module imports no torch.
@@ -25,8 +26,16 @@ from .budget.config import AdmissionJobConfig, CalibrationJobConfig, NoiseSolveJ
 from .budget.results import AdmissionVerdict, CalibrationResult, NoiseSolveResult
 from .children import LocalChildRunner
 from .config import DriftJobConfig, MismatchJobConfig, SensitivityJobConfig
-from .formatting import (format_admission, format_calibration, format_drift, format_mismatch, format_noise_solve,
-                         format_sensitivity, format_time_to_quality, format_training)
+from .formatting import (
+    format_admission,
+    format_calibration,
+    format_drift,
+    format_mismatch,
+    format_noise_solve,
+    format_sensitivity,
+    format_time_to_quality,
+    format_training,
+)
 from .kinds import Kind
 from .reporting import NullReporter, Reporter
 from .results import DriftReport, MismatchReport, SelftestResult, SensitivityReport

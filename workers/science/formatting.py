@@ -30,7 +30,8 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     text_cols = {i for i in range(len(headers)) if rows and isinstance(rows[0][i], str)}
     cells = [headers] + [[_num(c) if not isinstance(c, str) else c for c in row] for row in rows]
     widths = [max(len(str(row[i])) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(str(c).ljust(w) if i in text_cols else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+    lines = ["  ".join(str(c).ljust(w) if i in text_cols else str(c).rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths, strict=True)))
              for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -49,17 +50,20 @@ def _unit_lines(r: MismatchReport) -> list[str]:
             continue
         ci = u.get("multiple_ci")
         ci_s = f" (95% CI {_num(ci[0], 3)}-{_num(ci[1], 3)})" if ci else ""
-        out.append(f"also      {_num(u['multiple'])} x {name} BF16{ci_s}, floor {_num((u.get('floor') or {}).get('value'))}")
+        floor_value = (u.get("floor") or {}).get("value")
+        out.append(f"also      {_num(u['multiple'])} x {name} BF16{ci_s}, floor {_num(floor_value)}")
     factor = r.unit_factor
     if factor:
         ci = factor.get("ci")
-        out.append(f"units     vllm BF16 / hf BF16 = {_num(factor['value'])}" + (f" (95% CI {_num(ci[0], 3)}-{_num(ci[1], 3)})" if ci else ""))
+        ci_s = f" (95% CI {_num(ci[0], 3)}-{_num(ci[1], 3)})" if ci else ""
+        out.append(f"units     vllm BF16 / hf BF16 = {_num(factor['value'])}{ci_s}")
     prec = r.precision
     if prec:
+        share = prec.get("top1pct_share")
         w = prec.get("relative_half_width")
         out.append(f"precision CI half-width {'-' if w is None else f'±{w:.0%}'} (target ±{prec['target_ci']:.0%}), "
                    f"{len(prec['rounds'])} round(s), stopped: {prec['stopped']}; top 1% of tokens carry "
-                   f"{'-' if prec.get('top1pct_share') is None else format(prec['top1pct_share'], '.0%')} of {r.metric}")
+                   f"{'-' if share is None else format(share, '.0%')} of {r.metric}")
     if r.logprobs:
         out.append(f"logprobs  {r.logprobs}")
     out += [f"WARNING   {w}" for w in r.warnings]
@@ -68,7 +72,8 @@ def _unit_lines(r: MismatchReport) -> list[str]:
 
 def format_mismatch(r: MismatchReport) -> str:
     out = [
-        f"model     {r.model}   task {r.task}   prompts {r.prompts}   tokens {r.tokens} (BF16 reference {r.reference_tokens})",
+        f"model     {r.model}   task {r.task}   prompts {r.prompts}   "
+        f"tokens {r.tokens} (BF16 reference {r.reference_tokens})",
         _multiple_line(r),
         *_unit_lines(r),
         f"accuracy of the sampled responses {_num(r.accuracy)} (BF16 reference {_num(r.reference_accuracy)})   "
@@ -125,7 +130,8 @@ def format_training(r: TrainingResult) -> str:
     lines = [
         f"method    {r.method}   model {r.model}   task {r.task}   steps {r.steps}   async_k {r.async_k}",
         f"accuracy  {_num(r.start_accuracy)} -> {_num(r.final_accuracy)} (greedy, held-out)",
-        f"time      rollout {_num(t['rollout_s'])} s   teacher {_num(t['teacher_s'])} s   update {_num(t['update_s'])} s   "
+        f"time      rollout {_num(t['rollout_s'])} s   teacher {_num(t['teacher_s'])} s   "
+        f"update {_num(t['update_s'])} s   "
         f"eval {_num(t['eval_s'])} s   (overlapped, modelled: {_num(t['step_overlapped_s'])} s)   tokens {r.tokens}",
         f"checkpoint {r.checkpoint or '-'}",
         "",
@@ -139,13 +145,14 @@ def format_time_to_quality(r: TimeToQualityResult) -> str:
     for a in r.arms:
         m, o = a["measured_s"], a["modelled_s"]
         sm, so = a["speedup_measured"], a["speedup_modelled"]
-        rows.append([a["name"], a["async_k"], a["reached_fraction"], m["mean"], m["std"], o["mean"], sm["mean"], sm["std"],
-                     so["mean"], so["std"]])
+        rows.append([a["name"], a["async_k"], a["reached_fraction"], m["mean"], m["std"], o["mean"], sm["mean"],
+                     sm["std"], so["mean"], so["std"]])
     return "\n".join([
         f"time to {r.target:.1%} held-out accuracy, {r.method}, {r.seeds} seeds; speed-up = "
         f"time({r.baseline}) / time(arm), seeds paired; modelled = rollout overlapped with the update where async",
         "",
-        _table(["arm", "async_k", "reached", "measured s", "sd", "modelled s", "speed-up", "sd", "modelled speed-up", "sd"], rows),
+        _table(["arm", "async_k", "reached", "measured s", "sd", "modelled s", "speed-up", "sd", "modelled speed-up",
+                "sd"], rows),
     ])
 
 
@@ -182,7 +189,8 @@ def format_admission(r: AdmissionVerdict) -> str:
     if r.drift:
         d = r.drift
         lines.append(f"prefix drift: {d['diverged_fraction']:.0%} of decodes diverge (median first divergence at "
-                     f"{_num(d['first_divergence']['median'])}); {_num(d['share_after'])} of the mismatch lies after it")
+                     f"{_num(d['first_divergence']['median'])}); {_num(d['share_after'])} of the mismatch lies "
+                     "after it")
     if r.recipe:
         lines.append(f"cheapest recipe within budget: {r.recipe['label']} ({_num(r.recipe['multiple'])}x, "
                      f"KV capacity {_num(r.recipe['capacity'])}x)")

@@ -195,7 +195,8 @@ class MeasurementSession:
             records = TokenRecords.concat(parts)
             records.n_sequences = stop
             try:
-                graded = PromptSet(self.prompt_set.name, self.prompt_set.problems[start:stop], self.prompt_set.extract).grade(texts)
+                ps = self.prompt_set
+                graded = PromptSet(ps.name, ps.problems[start:stop], ps.extract).grade(texts)
                 correct, accuracy = sum(graded), sum(graded) / max(1, len(graded))
             except Exception:  # noqa: BLE001 - grading is informative only
                 correct, accuracy = None, None
@@ -220,8 +221,14 @@ class MeasurementSession:
         """Everything a reference measurement depends on, by content: the prompts' token
         ids, the tokenizer's and the checkpoint's files, the sampling and engine config, the
         trainer, the library versions and the code version."""
-        from .fingerprint import (MEASUREMENT_VERSION, checkpoint_digest, digest_of, library_versions,
-                                  token_ids_digest, tokenizer_digest)
+        from .fingerprint import (
+            MEASUREMENT_VERSION,
+            checkpoint_digest,
+            digest_of,
+            library_versions,
+            token_ids_digest,
+            tokenizer_digest,
+        )
 
         stop = len(self.prompt_ids) if stop is None else stop
         model = Path(self.job.model)

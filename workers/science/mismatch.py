@@ -140,7 +140,8 @@ class MismatchRun:
         ref_slice, floor_slice, cfg_slice = _progress_slices(len(r.rows))
         r_ref = self._measure_unit(ref_slice, start, stop)
         fcfg = self.session.floor_config(self.ref_cfg)
-        r_floor = self.session.reference(fcfg, floor_slice, engine=lambda: self.engines.of(fcfg), start=start, stop=stop)
+        r_floor = self.session.reference(fcfg, floor_slice, engine=lambda: self.engines.of(fcfg), start=start,
+                                         stop=stop)
         r_cfg = r_ref if self.is_unit else self.session.measure(
             self.rollout, "rollout config", cfg_slice, keep=self.keep, engine=self.engines.of(self.rollout),
             on_batch=self.trace("rollout"), start=start, stop=stop)
@@ -161,8 +162,8 @@ class MismatchRun:
         """The BF16 unit on this round's prompts: from the reference cache, unless the config
         is the unit itself and its rollouts are to be kept (a dump)."""
         if self.is_unit and self.keep:
-            return self.session.measure(self.ref_cfg, "BF16 unit", frac, keep=True, engine=self.engines.of(self.ref_cfg),
-                                        start=start, stop=stop)
+            return self.session.measure(self.ref_cfg, "BF16 unit", frac, keep=True,
+                                        engine=self.engines.of(self.ref_cfg), start=start, stop=stop)
         return self.session.reference(self.ref_cfg, frac, self.trace("reference"),
                                       engine=lambda: self.engines.of(self.ref_cfg), start=start, stop=stop)
 
@@ -211,8 +212,9 @@ class MismatchRun:
 
         cfg, session, r = self.cfg, self.session, self.rounds
         assert r.ref is not None and r.config is not None
+        known = (body.reference_value, body.multiple, body.multiple_ci)
         units = {session.unit_engine: unit_block(session, session.unit_engine, r.ref, floor, r.config, cfg.metric, n,
-                                                 cfg.bootstrap, (body.reference_value, body.multiple, body.multiple_ci))}
+                                                 cfg.bootstrap, known)}
         unit_factor = None
         for name, (o_ref, o_fl) in r.others.items():
             o_floor = floor_from(o_ref, o_fl, cfg.metric, n, cfg.bootstrap, cfg.seed_effective)
@@ -272,7 +274,7 @@ def write_dump(path: str | Path, m: Measurement) -> int:
     """One JSON line per response: prompt and response token ids, both logprob lists."""
     lines = 0
     with open(path, "w") as fh:
-        for r, s in zip(m.rollouts, m.trainer_scores):
+        for r, s in zip(m.rollouts, m.trainer_scores, strict=True):
             for i in range(r.tokens.shape[0]):
                 mask = r.mask[i]
                 fh.write(json.dumps({

@@ -13,10 +13,9 @@ bootstrap CI over prompts.  With it:
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from .measurement import Measurement, MeasurementSession
-from .results import CI, Comparison
+from .results import Comparison
 
 
 def compare(session: MeasurementSession, m: Measurement, ref: Measurement, metric: str, n_boot: int,
@@ -123,8 +122,8 @@ def top_share(records, metric: str, fraction: float = 0.01) -> float | None:
     return float(np.sort(v)[-k:].sum() / total)
 
 
-def unit_block(session: MeasurementSession, name: str, ref: Measurement, floor: dict, m: Measurement, metric: str, n: int, n_boot: int,
-               known: tuple | None = None) -> dict:
+def unit_block(session: MeasurementSession, name: str, ref: Measurement, floor: dict, m: Measurement, metric: str,
+               n: int, n_boot: int, known: tuple | None = None) -> dict:
     """The multiple of ``m`` against one unit, with that unit's floor (``known``: the
     (reference value, multiple, CI) already computed for it)."""
     from .fingerprint import library_versions

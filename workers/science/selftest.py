@@ -48,4 +48,5 @@ def run_selftest(config: SelftestConfig, reporter: Reporter) -> SelftestResult:
         reporter.progress((step + 1) / config.steps, f"step {step + 1}/{config.steps}")
         if config.sleep_s:
             time.sleep(config.sleep_s)
-    return SelftestResult(steps=config.steps, last={key: selftest_value(key, config.steps - 1) for key in SELFTEST_KEYS})
+    last = {key: selftest_value(key, config.steps - 1) for key in SELFTEST_KEYS}
+    return SelftestResult(steps=config.steps, last=last)

@@ -101,7 +101,8 @@ class SensitivityRun:
         from .metrics import finite_or_none, multiple_with_ci
 
         n = len(self.session.prompt_ids)
-        value, ci = multiple_with_ci(m.records, self.ref.records, self.cfg.metric, n, self.cfg.bootstrap, seed=self.cfg.seed_effective)
+        value, ci = multiple_with_ci(m.records, self.ref.records, self.cfg.metric, n, self.cfg.bootstrap,
+                                     seed=self.cfg.seed_effective)
         return finite_or_none(value), ci
 
     def rank_parts(self) -> tuple[list[dict], list[ScannedPart]]:
@@ -133,7 +134,8 @@ class SensitivityRun:
 
         target = self.cfg.target
         full_mult = full_report.multiple
-        full_capacity = kv_capacity(self.session.model_config, self.session.kv_layer_formats(self.rollout))["capacity_ratio"]
+        full_formats = self.session.kv_layer_formats(self.rollout)
+        full_capacity = kv_capacity(self.session.model_config, full_formats)["capacity_ratio"]
         trials: dict[int, dict] = {}
         n = len(ranked_units)
         if full_mult is not None and full_mult <= target:
@@ -196,7 +198,8 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
         "prompts": len(session.prompt_ids),
         "granularity": cfg.granularity,
         "rollout": rollout.model_dump(mode="json"),
-        "unit": {"engine": run.ref.cfg.engine, "dtype": "bf16", "why": session.unit_reason if own_unit else "asked for"},
+        "unit": {"engine": run.ref.cfg.engine, "dtype": "bf16",
+                 "why": session.unit_reason if own_unit else "asked for"},
         "warnings": session.warnings,
         **full_report.model_dump(mode="json", include={"value", "reference_value", "multiple", "multiple_ci",
                                                        "tokens", "metrics"}),

@@ -81,8 +81,9 @@ def run_calibration(cfg: CalibrationJobConfig, reporter: Reporter | None = None)
     return _result(cfg, budget, solved, accuracies, targets, extensions)
 
 
-def _train_levels(cfg: CalibrationJobConfig, reporter: Reporter, new: list[float], solved: dict[float, NoiseSolveResult],
-                  accuracies: dict[str, list[float]], targets: list[float]) -> None:
+def _train_levels(cfg: CalibrationJobConfig, reporter: Reporter, new: list[float],
+                  solved: dict[float, NoiseSolveResult], accuracies: dict[str, list[float]],
+                  targets: list[float]) -> None:
     """Train the baseline (once) and each new level's seeds; their final accuracies into ``accuracies``."""
     runs = [_train_child(cfg, "baseline", 0.0, s) for s in range(cfg.seeds) if "baseline" not in accuracies]
     runs += [_train_child(cfg, f"{t:g}x", solved[t].sigma, s) for t in new for s in range(cfg.seeds)]
@@ -119,12 +120,14 @@ def _result(cfg: CalibrationJobConfig, budget: Budget, solved: dict[float, Noise
         bracket=budget.bracket, extensions=extensions,
         baseline={"accuracies": accuracies["baseline"], "mean": budget.baseline_mean, "sd": budget.baseline_sd},
         curve=[_curve_row(j) for j in budget.levels],
-        noise=[{"target": t, **solved[t].model_dump(mode="json", include={"sigma", "multiple", "multiple_ci", "trials"})}
-               for t in targets],
+        noise=[{"target": t, **solved[t].model_dump(mode="json", include=_NOISE_KEYS)} for t in targets],
         rule=("a level is within tolerance when its mean accuracy drop is at most the tolerance plus seed_z "
               "standard errors of the seeds' spread; the budget is the measured multiple of the highest level "
               "with every level up to it within tolerance"),
     )
+
+
+_NOISE_KEYS = {"sigma", "multiple", "multiple_ci", "trials"}
 
 
 def _curve_row(j: LevelJudgement) -> dict:

@@ -59,7 +59,7 @@ class CalibrationJobConfig(TrainJobConfig):
     def _ascending(cls, levels: list[float]) -> list[float]:
         if any(v <= 1.0 for v in levels):
             raise ValueError("every level must be a multiple above 1 (1 is the BF16 engine itself)")
-        if any(b <= a for a, b in zip(levels, levels[1:])):
+        if any(b <= a for a, b in zip(levels, levels[1:], strict=False)):
             raise ValueError("levels must be strictly ascending")
         return levels
 

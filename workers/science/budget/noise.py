@@ -57,18 +57,21 @@ def next_sigma(trials: list[Trial], target: float) -> float:
     ordered = sorted(trials, key=lambda t: t.sigma, reverse=bool(below))
     edge, slope = ordered[0], 2.0
     if len(ordered) >= 2 and ordered[1].sigma != edge.sigma and ordered[1].multiple != edge.multiple:
-        secant = (math.log(edge.multiple) - math.log(ordered[1].multiple)) / (math.log(edge.sigma) - math.log(ordered[1].sigma))
+        rise = math.log(edge.multiple) - math.log(ordered[1].multiple)
+        secant = rise / (math.log(edge.sigma) - math.log(ordered[1].sigma))
         if secant > 0:
             slope = min(4.0, max(0.5, secant))
     return edge.sigma * (target / edge.multiple) ** (1.0 / slope)
 
 
 def solve_sigma(measure: Measure, target: float, start_sigma: float = 0.01, rel_tolerance: float = 0.15,
-                max_iterations: int = 8, on_trial: Callable[[int, Trial], None] | None = None) -> tuple[Trial, list[Trial], Any]:
+                max_iterations: int = 8, on_trial: Callable[[int, Trial], None] | None = None,
+                ) -> tuple[Trial, list[Trial], Any]:
     """The trial that hits ``target`` (see the module docstring), every trial, and the
     report of the hitting measurement; raises :class:`ConfigError` when none hits."""
     if target <= 1.0:
-        raise ConfigError(f"target multiple {target:g} is not above the BF16 engine's own (1x); noise can only add mismatch")
+        raise ConfigError(f"target multiple {target:g} is not above the BF16 engine's own (1x); noise can only add "
+                          "mismatch")
     trials: list[Trial] = []
     reports: dict[Trial, Any] = {}
     sigma = start_sigma

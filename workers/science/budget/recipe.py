@@ -36,7 +36,8 @@ def pareto_front(points: Sequence[dict]) -> list[dict]:
         if p["multiple"] is None:
             continue
         dominated = any(
-            q is not p and q["multiple"] is not None and q["capacity"] >= p["capacity"] and q["multiple"] <= p["multiple"]
+            q is not p and q["multiple"] is not None
+            and q["capacity"] >= p["capacity"] and q["multiple"] <= p["multiple"]
             and (q["capacity"] > p["capacity"] or q["multiple"] < p["multiple"])
             for q in points)
         if not dominated:
@@ -58,7 +59,7 @@ def recipe_within_budget(measurement: MismatchJobConfig, budget: float, margin: 
 
     points: list[dict] = []
     skipped: list[dict] = []
-    for i, (label, rollout) in enumerate(candidate_rollouts(measurement.rollout)):
+    for label, rollout in candidate_rollouts(measurement.rollout):
         if reporter.should_stop():
             break
         try:

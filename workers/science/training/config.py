@@ -164,7 +164,8 @@ class TrainJobConfig(_GRPOFields, _OPDFields, TrainingConfig):
         cls = _METHOD_CONFIGS[self.method]
         fields = type(self).model_fields
         # (a config built on this one, e.g. a calibration's, adds fields that are not the method's choice)
-        values = {k: getattr(self, k) for k in self.model_fields_set if k != "method" and k in TrainJobConfig.model_fields}
+        values = {k: getattr(self, k) for k in self.model_fields_set
+                  if k != "method" and k in TrainJobConfig.model_fields}
         others = {k: v for k, v in values.items() if k not in cls.model_fields}
         # Another method's field at its default is what a stored (normalised) config holds: not a choice.
         foreign = sorted(k for k, v in others.items() if v != fields[k].get_default(call_default_factory=True))

@@ -79,7 +79,7 @@ def run_time_to_quality(config: TimeToQualityConfig, reporter: Reporter) -> Time
         for clock_name in ("measured_s", "modelled_s"):
             times = [r["reached"][clock_name] for r in runs[arm.name] if r["reached"]]
             ratios = [b["reached"][clock_name] / r["reached"][clock_name]
-                      for b, r in zip(runs[base], runs[arm.name]) if b["reached"] and r["reached"]]
+                      for b, r in zip(runs[base], runs[arm.name], strict=False) if b["reached"] and r["reached"]]
             row[clock_name] = _spread(times)
             row[f"speedup_{clock_name.removesuffix('_s')}"] = _spread(ratios)
         arms.append(row)

@@ -76,7 +76,8 @@ class HFEngine:
         inp, pos = ids, positions(attn)
         t = 0
         for t in range(steps):
-            out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True)
+            out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=cache,
+                             use_cache=True)
             logits = out.logits[:, -1, :].float()
             logp = torch.log_softmax(logits / temperature, dim=-1)
             nxt = choose_tokens(logits, sampling, u[:, t])
@@ -107,7 +108,8 @@ class HFEngine:
         resp = tokens.to(self.device)
         full_ids = torch.cat([ids, resp], dim=1)
         full_attn = torch.cat([attn, mask.to(self.device).long()], dim=1)
-        out = self.model(input_ids=full_ids, attention_mask=full_attn, position_ids=positions(full_attn), use_cache=False)
+        out = self.model(input_ids=full_ids, attention_mask=full_attn, position_ids=positions(full_attn),
+                         use_cache=False)
         logits = out.logits[:, p - 1 : p - 1 + resp.shape[1], :].float()
         logp = torch.log_softmax(logits / temperature, dim=-1)
         lp = logp.gather(-1, resp[..., None]).squeeze(-1) * mask.to(self.device)

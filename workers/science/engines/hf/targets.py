@@ -47,7 +47,8 @@ def resolve_keep_bf16(entries: Sequence[int | str], module_names: Sequence[str],
         if isinstance(entry, int):
             if not 0 <= entry < n_layers:
                 raise ConfigError(
-                    f"keep_bf16 layer index {entry} is out of range: the model has {n_layers} layers (0..{n_layers - 1})"
+                    f"keep_bf16 layer index {entry} is out of range: the model has {n_layers} layers "
+                    f"(0..{n_layers - 1})"
                 )
             kept.update(n for n in universe if layer_index(n) == entry)
             continue
