@@ -36,7 +36,8 @@ class ChildFailed(RuntimeError):
 class ChildKind(Protocol):
     """What running a child needs of its kind (:class:`~.entrypoints.JobKind` is one)."""
 
-    config: type[BaseModel]
+    @property
+    def config(self) -> type[BaseModel]: ...
 
     def run(self, config: BaseModel, reporter: Reporter | None = None, **options: Any) -> BaseModel: ...
 

@@ -161,7 +161,7 @@ class RolloutConfig(_Strict):
             and self.activations == "none"
         )
 
-    def bf16_reference(self, engine: Engine | None = None) -> "RolloutConfig":
+    def bf16_reference(self, engine: str | None = None) -> "RolloutConfig":
         """The standard BF16 engine with the same sampling and seed: the unit of the multiple."""
         return RolloutConfig(engine=engine or self.engine, dtype="bf16", sampling=self.sampling, seed=self.seed)
 

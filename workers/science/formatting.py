@@ -97,7 +97,7 @@ def format_mismatch(r: MismatchReport) -> str:
 def format_sensitivity(r: SensitivityReport) -> str:
     out = [f"model     {r.model}   prompts {r.prompts}   granularity {r.granularity}   unit {r.unit.engine} BF16",
            "full config: " + _multiple_line(r), ""]
-    out.append(_table(["rank", r.granularity, "multiple", "CI low", "CI high"],
+    out.append(_table(["rank", r.granularity or "part", "multiple", "CI low", "CI high"],
                       [[str(u.rank), u.unit, u.multiple, *(u.multiple_ci or [None, None])] for u in r.ranking]))
     rec = r.recipe
     if rec:

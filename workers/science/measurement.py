@@ -13,11 +13,14 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import reference_cache
 from .config import MAX_PROMPTS, MAX_SEED, ConfigError, RolloutConfig, _JobConfig
 from .reporting import Cancelled, NullReporter, Reporter
+
+if TYPE_CHECKING:
+    from .prompts import PromptSet
 
 
 @dataclass
@@ -89,7 +92,7 @@ class MeasurementSession:
         self.task = checked.task
         self.tokenizer = load_tokenizer(job.model)
         self.prompt_ids: list[list[int]] = []
-        self.prompt_set = None
+        self.prompt_set: PromptSet | None = None
         self.extend_prompts(job.prompts)
         self.trainer = HFEngine.trainer(job.model, job.trainer_dtype, self.device)
         self.model_config = self.trainer.model.config
@@ -164,7 +167,10 @@ class MeasurementSession:
         temperature = logprob_temperature(cfg.sampling)
         try:
             bs = self.job.batch_size
-            parts, texts, rollouts, scores = [], [], [], []
+            parts: list[Any] = []
+            texts: list[str] = []
+            rollouts: list[Any] = []
+            scores: list[Any] = []
             t_sample = t_score = 0.0
             want_full = engine.name == "hf"
             for bi, lo in enumerate(range(start, stop, bs)):
@@ -196,6 +202,7 @@ class MeasurementSession:
             records.n_sequences = stop
             try:
                 ps = self.prompt_set
+                assert ps is not None
                 graded = PromptSet(ps.name, ps.problems[start:stop], ps.extract).grade(texts)
                 correct, accuracy = sum(graded), sum(graded) / max(1, len(graded))
             except Exception:  # noqa: BLE001 - grading is informative only

@@ -63,7 +63,7 @@ class TokenRecords:
     @classmethod
     def concat(cls, parts: Sequence["TokenRecords"]) -> "TokenRecords":
         if not parts:
-            return cls(*(np.zeros(0) for _ in range(2)), np.zeros(0, np.int64), np.zeros(0, np.int64))
+            return cls(np.zeros(0), np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
         full = all(p.kl_full is not None for p in parts)
         return cls(
             np.concatenate([p.lp_roll for p in parts]),

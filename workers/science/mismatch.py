@@ -262,7 +262,7 @@ def run_mismatch(cfg: MismatchJobConfig, reporter: Reporter | None = None, dump_
     run = MismatchRun(cfg, reporter, checked, keep=dump_path is not None)
     rounds = run.measure_all()
     report = run.report()
-    if report.multiple is not None:
+    if report.multiple is not None and report.value is not None:
         run.reporter.log(report.prompts, {f"mismatch/{cfg.metric}": report.value, "mismatch/multiple": report.multiple})
     if dump_path is not None and rounds.config is not None:
         write_dump(dump_path, rounds.config)

@@ -13,6 +13,7 @@ bootstrap CI over prompts.  With it:
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 from .measurement import Measurement, MeasurementSession
 from .results import Comparison
@@ -47,11 +48,14 @@ def compare(session: MeasurementSession, m: Measurement, ref: Measurement, metri
     return Comparison.model_validate(json_safe(out))
 
 
-def relative_half_width(multiple: float | None, ci: list[float] | None) -> float | None:
+def relative_half_width(multiple: float | None, ci: Sequence[float | None] | None) -> float | None:
     """The CI's half-width as a fraction of the multiple (None when either is missing)."""
-    if multiple is None or ci is None or not multiple > 0 or not all(math.isfinite(c) for c in ci):
+    if multiple is None or ci is None or not multiple > 0:
         return None
-    return (ci[1] - ci[0]) / 2.0 / multiple
+    lo, hi = ci
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    return (hi - lo) / 2.0 / multiple
 
 
 def stop_reason(rel_half_width: float | None, target: float, tokens: int, max_tokens: int,

@@ -47,7 +47,7 @@ def stored(key: str, cache_dir: str | None) -> tuple[Any, dict] | None:
 
     with np.load(path) as z:
         meta = json.loads(str(z["meta"]))
-        arrays = {f: (z[f] if f in z.files else None) for f in _RECORD_FIELDS}
+        arrays: dict[str, Any] = {f: (z[f] if f in z.files else None) for f in _RECORD_FIELDS}
     return TokenRecords(**arrays, n_sequences=meta["n_sequences"]), meta
 
 

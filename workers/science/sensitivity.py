@@ -11,12 +11,12 @@ whole-model property and is not localised.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from .config import RolloutConfig, ScanGranularity, SensitivityJobConfig
 from .measurement import Measurement, MeasurementSession
 from .reporting import Reporter
-from .results import CI, Comparison, SensitivityReport
+from .results import Comparison, SensitivityReport
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class SensitivityRun:
     def measure(self, rollout: RolloutConfig, label: str) -> Measurement:
         return self.session.measure(rollout, label, self.progress.next_slice())
 
-    def multiple(self, m: Measurement) -> tuple[float | None, CI]:
+    def multiple(self, m: Measurement) -> tuple[float | None, list[float] | None]:
         """``m``'s multiple of the reference and its bootstrap CI."""
         from .metrics import finite_or_none, multiple_with_ci
 
@@ -110,7 +110,7 @@ class SensitivityRun:
         (largest first) and the parts in that order."""
         from .metrics import metric_values, summarize
 
-        rows = []
+        rows: list[dict[str, Any]] = []
         for i, part in enumerate(self.parts):
             others = [p for p in self.parts if p is not part]
             m = self.measure(with_kept(self.rollout, others), part.label)
@@ -133,6 +133,7 @@ class SensitivityRun:
         from .capacity import kv_capacity
 
         target = self.cfg.target
+        assert target is not None, "the recipe search needs a target"
         full_mult = full_report.multiple
         full_formats = self.session.kv_layer_formats(self.rollout)
         full_capacity = kv_capacity(self.session.model_config, full_formats)["capacity_ratio"]
@@ -173,7 +174,7 @@ class SensitivityRun:
         trials[k] = {"kept": k, "multiple": value, "multiple_ci": ci}
         if value is not None:
             self.reporter.log(k, {"sensitivity/recipe_multiple": value})
-        return value is not None and value <= self.cfg.target
+        return value is not None and self.cfg.target is not None and value <= self.cfg.target
 
 
 def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None) -> SensitivityReport:

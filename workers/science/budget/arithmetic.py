@@ -112,6 +112,9 @@ def find_budget(baseline: Sequence[float], levels: Sequence[Level], tolerance_po
         judged.append(LevelJudgement(lv.target, lv.multiple, lv.multiple_ci, dict(lv.setting), tuple(lv.accuracies),
                                      m, sd, drop, allowance, drop <= allowance))
     first_fail = next((i for i, j in enumerate(judged) if not j.within), None)
+    status: BudgetStatus
+    value: float | None
+    bracket: tuple[float | None, float | None]
     if first_fail is None:
         status, value, bracket = "not_reached", judged[-1].multiple, (judged[-1].multiple, None)
     elif first_fail == 0:
@@ -141,14 +144,14 @@ class Decision:
     prompts_to_decide: int | None = None
 
 
-def decide(multiple: float | None, ci: Sequence[float] | None, budget: float | None, status: BudgetStatus,
+def decide(multiple: float | None, ci: Sequence[float | None] | None, budget: float | None, status: BudgetStatus,
            prompts: int) -> Decision:
     """The admission verdict of a measured multiple (with its 95% CI over ``prompts``
     prompts) against a budget (see the module docstring)."""
     if budget is None or status == "below_ladder":
         return Decision("fail", "the budget is below the lowest calibrated level: no mismatch above BF16 was "
                                 "tolerated", None)
-    if multiple is None or ci is None or len(ci) != 2:
+    if multiple is None or ci is None or len(ci) != 2 or ci[0] is None or ci[1] is None:
         return Decision("inconclusive", "the multiple has no confidence interval (too few prompts, or a zero "
                                         "BF16 reference); measure more prompts", None)
     lo, hi = float(ci[0]), float(ci[1])

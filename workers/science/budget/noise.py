@@ -79,7 +79,7 @@ def solve_sigma(measure: Measure, target: float, start_sigma: float = 0.01, rel_
         value, ci, report = measure(sigma)
         if value is None or not math.isfinite(value) or value <= 0:
             raise ConfigError(f"noise sigma {sigma:.3g} gave no finite multiple; the BF16 reference may be zero")
-        trial = Trial(sigma, float(value), tuple(ci) if ci else None)
+        trial = Trial(sigma, float(value), (ci[0], ci[1]) if ci and ci[0] is not None and ci[1] is not None else None)
         trials.append(trial)
         if on_trial is not None:
             on_trial(i, trial)

@@ -41,6 +41,9 @@ class _RunClock:
     def progress(self, frac: float, message: str = "") -> None:
         pass
 
+    def flush(self) -> None:
+        self.outer.flush()
+
     def should_stop(self) -> bool:
         return self.reached is not None or self.outer.should_stop()
 

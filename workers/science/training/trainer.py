@@ -188,7 +188,7 @@ class OnPolicyTrainer:
         if self.vllm is not None:
             self.vllm.close()
 
-    def _train(self) -> dict:
+    def _train(self) -> TrainingResult:
         cfg = self.config
         if self.step == 0:
             if cfg.async_k:
@@ -304,8 +304,9 @@ class OnPolicyTrainer:
         cfg = cfg or self.rollout_config(step)
         seed = (self.config.seed * 1_000_003 + step) % SEED_MODULUS
         if cfg.engine == "vllm":
-            engine = self.vllm.engine(cfg, version, lambda: self.state_of(version))
-            return engine.sample(self.encode(problems), cfg.sampling, seed=seed)
+            assert self.vllm is not None, "a vllm rollout config starts the synced engine"
+            synced = self.vllm.engine(cfg, version, lambda: self.state_of(version))
+            return synced.sample(self.encode(problems), cfg.sampling, seed=seed)
         from ..engines import build_engine
 
         engine = build_engine(self.config.model, cfg, self.device, base_model=self.weights_of(version))
@@ -380,6 +381,7 @@ class OnPolicyTrainer:
         so a worker killed mid-save never leaves a half checkpoint that looks complete.  The
         points logged so far are made durable before the rename: a run resumed from this
         checkpoint logs only the steps after it."""
+        assert self.config.out is not None, "checkpoints need out"
         final = checkpoint_dir(self.config.out, self.step)
         if (final / STATE_FILE).is_file():
             return str(final)

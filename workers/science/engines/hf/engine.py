@@ -50,6 +50,7 @@ class HFEngine:
     def info(self) -> dict:
         """What the config did to the model: FP8 backend, quantized / kept modules, FP8 KV layers."""
         p = self.prepared
+        assert p is not None, "the engine is closed"
         return {
             "fp8_backend": p.fp8_backend,
             "quantized_modules": len(p.quantized),
@@ -66,12 +67,13 @@ class HFEngine:
         steps = sampling.max_new_tokens
         u = prompt_uniforms(seed, offset, b, steps)
         ids, attn = left_pad(prompt_ids, self.pad_token_id, self.device)
+        assert self.prepared is not None, "the engine is closed"
         cache = make_cache(self.prepared.kv_formats, self.cfg.kv_scale, self.kv_amax)
         temperature = logprob_temperature(sampling)
         tokens = torch.full((b, steps), self.pad_token_id, dtype=torch.long, device=self.device)
         mask = torch.zeros((b, steps), dtype=torch.bool, device=self.device)
         lps = torch.zeros((b, steps), dtype=torch.float32, device=self.device)
-        fulls = [] if return_full else None
+        fulls: list[torch.Tensor] | None = [] if return_full else None
         done = torch.zeros(b, dtype=torch.bool, device=self.device)
         inp, pos = ids, positions(attn)
         t = 0

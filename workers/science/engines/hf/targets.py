@@ -77,7 +77,7 @@ def resolve_targets(model: nn.Module, cfg: RolloutConfig) -> RolloutTargets:
     n_layers = decoder_layer_count(model)
     linears = decoder_linears(model)
     kept = resolve_keep_bf16(cfg.keep_bf16, list(linears), n_layers)
-    kv_formats = [
+    kv_formats: list[str | None] = [
         None if cfg.kv_cache == "none" or kv_pseudo_name(i) in kept else cfg.kv_cache for i in range(n_layers)
     ]
     return RolloutTargets(linears, frozenset(kept), [n for n in linears if n not in kept], kv_formats)
