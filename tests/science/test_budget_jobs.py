@@ -9,10 +9,11 @@ import sys
 import pytest
 
 from workers.science.budget.arithmetic import Level, find_budget
-from workers.science.budget.calibration import run_calibration
 from workers.science.budget.config import CalibrationJobConfig
 from workers.science.config import MismatchJobConfig, RolloutConfig
+from workers.science.entrypoints import get_kind
 from workers.science.fingerprint import checkpoint_digest
+from workers.science.kinds import Kind
 from workers.science.mismatch import run_mismatch
 
 
@@ -95,7 +96,7 @@ def test_tiny_calibration_runs_its_ladder_in_process(student, teacher, tmp_path)
     cfg = CalibrationJobConfig(model=student, teacher=teacher, levels=[10.0, 100.0], seeds=2, steps=2, batch_size=8,
                                eval_prompts=20, measure_prompts=256, reference_engine="hf", max_extensions=0,
                                threads=1, device="cpu")
-    r = run_calibration(cfg).model_dump(mode="json")
+    r = get_kind(Kind.CALIBRATION).run(cfg).model_dump(mode="json")  # its children run here, one after the other
     assert r["method"] == "opd:full" and r["unit_engine"] == "hf" and r["checkpoint_hash"] == checkpoint_digest(student)
     assert [c["target"] for c in r["curve"]] == [10.0, 100.0] and all(len(c["accuracies"]) == 2 for c in r["curve"])
     assert r["noise"][0]["sigma"] < r["noise"][1]["sigma"]  # more mismatch needs more noise

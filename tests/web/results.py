@@ -42,7 +42,8 @@ def sensitivity_report(ranking: list[dict], granularity: str | None = "layer", r
     """A scan's report; ``granularity`` None: one stored before the report recorded it."""
     rows = [{"value": None, **row} for row in ranking]
     report = {**measured(multiple, None), "model": "/models/student", "task": "arithmetic:3", "prompts": 64,
-              **({"granularity": granularity} if granularity else {}), "rollout": {}, "unit": UNIT, "ranking": rows, "recipe": recipe,
+              **({"granularity": granularity} if granularity else {}), "rollout": {}, "unit": UNIT, "ranking": rows,
+              "recipe": recipe,
               "kv_cache": KV_FP8, "timing": {"total_s": 1.0, "measurements": 4}}
     return SensitivityReport.model_validate(report).model_dump(mode="json")
 
@@ -51,7 +52,8 @@ def drift_report(sequences: int, diverged_fraction: float, first_divergence: dic
     body = {k: v for k, v in measured(2.0, None).items() if k != "metrics"}
     report = {**body, "model": "/models/student", "task": "arithmetic:3", "prompts": sequences,
               "decode": "sampled", "rollout": {}, "sequences": sequences, "diverged_fraction": diverged_fraction,
-              "first_divergence": first_divergence, "identical_prefix_fraction": {}, "identical_prefix_curve": curve,
+              "first_divergence": first_divergence, "identical_prefix_fraction": {},
+              "identical_prefix_curve": curve,
               "mismatch_after_divergence": {"share_after": None}, "unit": UNIT, "bootstrap": 0, "accuracy": None,
               "reference_accuracy": None, "timing": {"total_s": 1.0}}
     return DriftReport.model_validate(report).model_dump(mode="json")
