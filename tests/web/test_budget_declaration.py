@@ -18,7 +18,8 @@ def test_the_row_holds_every_declared_field_and_nothing_else():
     columns = {f.name for f in MismatchBudget._meta.concrete_fields} - BOOKKEEPING
     row = budget_row(CalibrationResult.model_validate(calibration_result("/models/student", 9.1)))
     assert set(row) == columns
-    assert set(BudgetFields.model_fields) | {"teacher", "curve", "baseline", "rule"} < set(CalibratedBudget.model_fields)
+    evidence = {"teacher", "curve", "baseline", "rule"}
+    assert set(BudgetFields.model_fields) | evidence < set(CalibratedBudget.model_fields)
     assert (row["bracket_low"], row["bracket_high"]) == (9.1, 91.0) and row["checkpoint_hash"] == "abc"
 
 
