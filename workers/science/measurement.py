@@ -157,39 +157,24 @@ class MeasurementSession:
                 start: int = 0, stop: int | None = None) -> Measurement:
         """``cfg``'s rollouts of prompts ``[start, stop)`` (sampling seeds follow each prompt's
         global index, so a range gives the same tokens as in any other layout)."""
-        from .engines.base import logprob_temperature
-        from .metrics import TokenRecords, full_vocab_terms
-        from .prompts import PromptSet
+        from .metrics import TokenRecords
 
         own = engine is None
         engine = engine or self.engine(cfg)
         stop = len(self.prompt_ids) if stop is None else stop
-        temperature = logprob_temperature(cfg.sampling)
         try:
-            bs = self.job.batch_size
             parts: list[Any] = []
             texts: list[str] = []
             rollouts: list[Any] = []
             scores: list[Any] = []
             t_sample = t_score = 0.0
-            want_full = engine.name == "hf"
-            for bi, lo in enumerate(range(start, stop, bs)):
+            for bi, lo in enumerate(range(start, stop, self.job.batch_size)):
                 if self.reporter.should_stop():
                     raise Cancelled(f"cancelled while measuring {label}")
-                hi = min(stop, lo + bs)
-                batch = self.prompt_ids[lo:hi]
-                t0 = time.perf_counter()
-                r = engine.sample(batch, cfg.sampling, seed=cfg.seed, offset=lo, return_full=want_full)
-                t1 = time.perf_counter()
-                s = self.trainer.score(batch, r.tokens, r.mask, return_full=want_full, temperature=temperature)
-                t2 = time.perf_counter()
-                t_sample += t1 - t0
-                t_score += t2 - t1
-                kl = tv = None
-                if want_full and r.full_logprobs is not None and s.full_logprobs is not None:
-                    kl, tv = full_vocab_terms(r.full_logprobs, s.full_logprobs)
-                    r.full_logprobs = None
-                parts.append(TokenRecords.from_arrays(r.logprobs, s.logprobs, r.mask, lo, kl, tv))
+                hi = min(stop, lo + self.job.batch_size)
+                r, s, records, seconds = self._scored_batch(engine, cfg, lo, hi)
+                t_sample, t_score = t_sample + seconds[0], t_score + seconds[1]
+                parts.append(records)
                 texts.extend(self.tokenizer.decode(resp, skip_special_tokens=True) for resp in r.responses())
                 if keep:
                     rollouts.append(r)
@@ -200,18 +185,46 @@ class MeasurementSession:
                 self.reporter.progress(frac[0] + (frac[1] - frac[0]) * done, f"{label}: {hi}/{stop} prompts")
             records = TokenRecords.concat(parts)
             records.n_sequences = stop
-            try:
-                ps = self.prompt_set
-                assert ps is not None
-                graded = PromptSet(ps.name, ps.problems[start:stop], ps.extract).grade(texts)
-                correct, accuracy = sum(graded), sum(graded) / max(1, len(graded))
-            except Exception:  # noqa: BLE001 - grading is informative only
-                correct, accuracy = None, None
+            correct, accuracy = self._graded(texts, start, stop)
             return Measurement(label, cfg, records, accuracy, t_sample, t_score, rollouts, scores, engine.info(),
                                correct=correct, graded=stop - start)
         finally:
             if own:
                 engine.close()
+
+    def _scored_batch(self, engine: Any, cfg: RolloutConfig, lo: int,
+                      hi: int) -> tuple[Any, Any, Any, tuple[float, float]]:
+        """Prompts ``[lo, hi)`` sampled by ``engine`` and scored by the trainer: the rollouts,
+        the scores, their token records and the (sampling, scoring) seconds."""
+        from .engines.base import logprob_temperature
+        from .metrics import TokenRecords, full_vocab_terms
+
+        batch = self.prompt_ids[lo:hi]
+        want_full = engine.name == "hf"
+        t0 = time.perf_counter()
+        r = engine.sample(batch, cfg.sampling, seed=cfg.seed, offset=lo, return_full=want_full)
+        t1 = time.perf_counter()
+        s = self.trainer.score(batch, r.tokens, r.mask, return_full=want_full,
+                               temperature=logprob_temperature(cfg.sampling))
+        t2 = time.perf_counter()
+        kl = tv = None
+        if want_full and r.full_logprobs is not None and s.full_logprobs is not None:
+            kl, tv = full_vocab_terms(r.full_logprobs, s.full_logprobs)
+            r.full_logprobs = None
+        return r, s, TokenRecords.from_arrays(r.logprobs, s.logprobs, r.mask, lo, kl, tv), (t1 - t0, t2 - t1)
+
+    def _graded(self, texts: list[str], start: int, stop: int) -> tuple[int | None, float | None]:
+        """How many of the responses to prompts ``[start, stop)`` are right, and the accuracy
+        (None, None where the task cannot grade them: grading is informative only)."""
+        from .prompts import PromptSet
+
+        try:
+            ps = self.prompt_set
+            assert ps is not None
+            graded = PromptSet(ps.name, ps.problems[start:stop], ps.extract).grade(texts)
+            return sum(graded), sum(graded) / max(1, len(graded))
+        except Exception:  # noqa: BLE001 - grading is informative only
+            return None, None
 
     def reference_config(self, engine: str | None = None) -> RolloutConfig:
         """The BF16 unit's config: the session's unit engine unless ``engine`` names one."""
