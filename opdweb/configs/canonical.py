@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from workers.science.config import RolloutConfig
 
+
 def canonical_rollout(data: dict) -> dict:
     """The validated config with defaults filled in, as JSON values; raises pydantic's
     ``ValidationError`` for an invalid one."""

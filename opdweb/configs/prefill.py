@@ -25,7 +25,8 @@ def admission_form(user, params: QueryDict, example: dict) -> dict:
         record = visible_config(user, int(rollout_id))
         config["rollout"] = record.config
         name = f"{record.name} vs budget #{budget.pk}"
-    return {"kind": Kind.ADMISSION.value, "config": json.dumps(config, indent=2), "name": name, "team": budget.team.slug}
+    return {"kind": Kind.ADMISSION.value, "config": json.dumps(config, indent=2), "name": name,
+            "team": budget.team.slug}
 
 
 FORM_PREFILLS[Kind.ADMISSION] = admission_form

@@ -73,7 +73,7 @@ class JobReporter:
         from opdweb.jobs.actions import do_cancel_job, do_submit_children
 
         jobs = do_submit_children(self.job, children)
-        pending = {job.pk: child for job, child in zip(jobs, children)}
+        pending = {job.pk: child for job, child in zip(jobs, children, strict=True)}
         while pending:
             if self.should_stop():
                 for job in Job.objects.filter(pk__in=pending).exclude(state__in=TERMINAL_STATES):

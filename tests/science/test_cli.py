@@ -155,8 +155,10 @@ def test_drift_uses_the_jobs_bootstrap_count(student, monkeypatch):
 
     seen = []
     real = multiple.compare
-    monkeypatch.setattr(multiple, "compare", lambda s, m, ref, metric, n_boot, *a: seen.append(n_boot) or real(s, m, ref, metric, n_boot, *a))
-    r = run_drift(DriftJobConfig(model=student, rollout=RolloutConfig(noise_sigma=0.1), prompts=16, device="cpu", bootstrap=37)).model_dump(mode="json")
+    monkeypatch.setattr(multiple, "compare",
+                        lambda s, m, ref, metric, n_boot, *a: seen.append(n_boot) or real(s, m, ref, metric, n_boot, *a))
+    r = run_drift(DriftJobConfig(model=student, rollout=RolloutConfig(noise_sigma=0.1), prompts=16, device="cpu",
+                                 bootstrap=37)).model_dump(mode="json")
     assert seen == [37] and r["bootstrap"] == 37
 
 

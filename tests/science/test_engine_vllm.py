@@ -5,8 +5,9 @@ from workers.science.config import ConfigError, MismatchJobConfig, RolloutConfig
 from workers.science.engines.vllm_engine import vllm_unsupported
 
 try:
-    from workers.science import engines  # noqa: F401 - hides a broken torchvision first
     import vllm  # noqa: F401
+
+    from workers.science import engines  # noqa: F401 - hides a broken torchvision first
 
     VLLM_IMPORT_ERROR = None
 except Exception as exc:  # noqa: BLE001

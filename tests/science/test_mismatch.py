@@ -3,9 +3,8 @@ import math
 
 import pytest
 
-from workers.science.config import ConfigError, MismatchJobConfig, RolloutConfig
+from workers.science.config import TOKEN_METRICS, ConfigError, MismatchJobConfig, RolloutConfig
 from workers.science.entrypoints import KINDS
-from workers.science.config import TOKEN_METRICS
 from workers.science.mismatch import run_mismatch
 from workers.science.reporting import Cancelled, RecordingReporter
 
@@ -42,12 +41,13 @@ def test_the_bf16_engine_is_exactly_one_x(student):
 
 def test_staleness_zero_and_keeping_everything_recover_the_bf16_multiple(student):
     assert run_mismatch(job(student, staleness=0)).model_dump(mode="json")["multiple"] == 1.0
-    kept = run_mismatch(job(student, weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.1, keep_bf16=[0])).model_dump(mode="json")
+    kept = run_mismatch(job(student, weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.1,
+                            keep_bf16=[0])).model_dump(mode="json")
     assert kept["multiple"] == 1.0
 
 
 def test_the_multiple_rises_with_sigma(student):
-    multiples = [run_mismatch(job(student, noise_sigma=s)).model_dump(mode="json")["multiple"] for s in (0.03, 0.1, 0.3)]
+    multiples = [run_mismatch(job(student, noise_sigma=s)).multiple for s in (0.03, 0.1, 0.3)]
     assert multiples[0] < multiples[1] < multiples[2]
     assert multiples[2] > 10
 
@@ -111,8 +111,8 @@ def test_the_bf16_reference_is_cached_on_disk(student, tmp_path):
 def test_the_same_config_measured_twice_agrees_exactly(student):
     import torch
 
-    from workers.science.metrics import TokenRecords, metric_values, summarize
     from workers.science.measurement import MeasurementSession
+    from workers.science.metrics import TokenRecords, metric_values, summarize
     from workers.science.multiple import compare
 
     session = MeasurementSession.open(job(student, prompts=32, weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.05))

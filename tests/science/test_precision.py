@@ -32,7 +32,8 @@ def test_the_stop_rule():
 
 
 def test_rounds_stop_when_the_ci_is_within_the_target(student):
-    r = run_mismatch(job(student, rollout={"noise_sigma": 0.1}, target_ci=0.25, max_tokens=10**6)).model_dump(mode="json")
+    r = run_mismatch(job(student, rollout={"noise_sigma": 0.1}, target_ci=0.25,
+                         max_tokens=10**6)).model_dump(mode="json")
     p = r["precision"]
     assert p["stopped"] == "precision" and len(p["rounds"]) >= 2
     assert p["relative_half_width"] <= 0.25
@@ -44,7 +45,8 @@ def test_rounds_stop_when_the_ci_is_within_the_target(student):
 
 
 def test_a_spent_budget_stops_and_warns_that_the_ci_is_too_wide(student):
-    r = run_mismatch(job(student, rollout={"noise_sigma": 0.03}, target_ci=0.01, max_tokens=150)).model_dump(mode="json")
+    r = run_mismatch(job(student, rollout={"noise_sigma": 0.03}, target_ci=0.01,
+                         max_tokens=150)).model_dump(mode="json")
     assert r["precision"]["stopped"] == "token budget" and r["tokens"] >= 150
     assert any(w.startswith("precision:") and "too wide to decide" in w for w in r["warnings"])
 
@@ -60,13 +62,15 @@ def test_the_floor_is_the_units_own_spread_and_a_bf16_config_reports_it(student)
 
 
 def test_a_multiple_inside_the_floor_is_flagged(student):
-    r = run_mismatch(job(student, rollout={"weights": "int8", "weight_scale": "channel"}, target_ci=0, prompts=128)).model_dump(mode="json")
+    r = run_mismatch(job(student, rollout={"weights": "int8", "weight_scale": "channel"}, target_ci=0,
+                         prompts=128)).model_dump(mode="json")
     if r["multiple_ci"][0] <= r["floor"]["value"]:
         assert any(w.startswith("floor:") for w in r["warnings"])
 
 
 def test_a_bf16_trainer_is_flagged(student):
-    r = run_mismatch(job(student, rollout={"weights": "fp8_e4m3"}, trainer_dtype="bf16", target_ci=0, prompts=64)).model_dump(mode="json")
+    r = run_mismatch(job(student, rollout={"weights": "fp8_e4m3"}, trainer_dtype="bf16", target_ci=0,
+                         prompts=64)).model_dump(mode="json")
     assert any("trainer_dtype bf16" in w for w in r["warnings"])
     assert any(w.startswith("reference:") for w in r["warnings"]) == (abs(r["reference_value"]) < 1e-7)
 

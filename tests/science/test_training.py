@@ -104,7 +104,8 @@ def test_resume_from_a_checkpoint_continues_the_same_trajectory(student, teacher
     assert (tmp_path / "a" / "checkpoint-000003" / "config.json").is_file()
     resumed = RecordingReporter()
     report = run_training(opd(student, teacher, out=str(tmp_path / "b"),
-                              resume_from=str(tmp_path / "a" / "checkpoint-000003"), **kw), resumed).model_dump(mode="json")
+                              resume_from=str(tmp_path / "a" / "checkpoint-000003"), **kw),
+                          resumed).model_dump(mode="json")
     assert trace(resumed) == [p for p in trace(whole) if p[0] > 3]
     assert report["steps"] == 6 and Path(report["checkpoint"]).name == "checkpoint-000006"
 
@@ -113,7 +114,8 @@ def test_resume_last_in_an_empty_out_starts_fresh_and_a_rerun_continues(student,
     first = run_training(opd(student, teacher, steps=1, out=str(tmp_path))).model_dump(mode="json")
     assert first["steps"] == 1 and first["start_accuracy"] is not None
     rep = RecordingReporter()
-    again = run_training(opd(student, teacher, steps=2, out=str(tmp_path)), rep).model_dump(mode="json")  # resume: continue from out
+    # resume: continue from out
+    again = run_training(opd(student, teacher, steps=2, out=str(tmp_path)), rep).model_dump(mode="json")
     assert {s for s, _, _ in rep.points} == {2} and again["start_accuracy"] == first["start_accuracy"]
     with pytest.raises(ConfigError, match=r"different config \(lr\)"):
         run_training(opd(student, teacher, steps=3, lr=1e-3, out=str(tmp_path)))

@@ -140,7 +140,8 @@ def test_a_short_synchronous_run_traces_every_key_and_stays_near_the_bf16_unit(s
 @pytest.mark.slow
 def test_opd_through_vllm_raises_held_out_accuracy(student, teacher):
     # Measured with LEARNING_RUN, start 37%, seeds 0 / 1 / 2: 90 / 90 / 90% (as the hf engine's 90%).
-    report = run_training(OPDConfig(model=student, teacher=teacher, rollout=VLLM, **LEARNING_RUN)).model_dump(mode="json")
+    report = run_training(OPDConfig(model=student, teacher=teacher, rollout=VLLM,
+                                    **LEARNING_RUN)).model_dump(mode="json")
     assert report["final_accuracy"] > report["start_accuracy"] + LEARNING_MARGIN, report["evals"]
 
 
