@@ -42,7 +42,8 @@ def main() -> int:
     from workers.science.budget.config import AdmissionJobConfig
     from workers.science.config import MismatchJobConfig, RolloutConfig
     from workers.science.fingerprint import checkpoint_digest
-    from workers.science.mismatch import _REFERENCE_MEMO, MeasurementSession
+    from workers.science.measurement import MeasurementSession
+    from workers.science.reference_cache import REFERENCE_MEMO as _REFERENCE_MEMO
     from workers.science.preflight import preflight
 
     rollout = RolloutConfig.from_yaml(args.config)
@@ -75,7 +76,7 @@ def main() -> int:
         cold.append(time.perf_counter() - t0)
 
         t0 = time.perf_counter()
-        report = run_admission(AdmissionJobConfig(**common, budget=spec, drift=False))
+        report = run_admission(AdmissionJobConfig(**common, budget=spec, drift=False)).model_dump(mode="json")
         warm.append(time.perf_counter() - t0)
         assert report["reference_cached"]
 

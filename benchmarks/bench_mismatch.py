@@ -7,8 +7,8 @@ pass of the same tokens.  Measurement: the same plus full-vocabulary distributio
 metric, the bootstrap CI and the report.  Three figures:
 
 * core     - measure() + compare() with the engine already built (what the overhead goal is about)
-* warm     - run_mismatch() end to end with the BF16 reference cached (repeat admission checks)
-* cold     - run_mismatch() end to end, BF16 reference measured too (first check on a model)
+* warm     - run_mismatch().model_dump(mode="json") end to end with the BF16 reference cached (repeat admission checks)
+* cold     - run_mismatch().model_dump(mode="json") end to end, BF16 reference measured too (first check on a model)
 
     python benchmarks/bench_mismatch.py --model var/toy/demo/student --prompts 256 --max-new-tokens 64
 
@@ -56,7 +56,10 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     from workers.science.config import MismatchJobConfig, RolloutConfig
-    from workers.science.mismatch import MeasurementSession, _REFERENCE_MEMO, compare, run_mismatch
+    from workers.science.measurement import MeasurementSession
+    from workers.science.mismatch import run_mismatch
+    from workers.science.multiple import compare
+    from workers.science.reference_cache import REFERENCE_MEMO as _REFERENCE_MEMO
     from workers.science.toy import build_toy_models
 
     model = args.model
@@ -96,7 +99,7 @@ def main() -> int:
         cores.append(time.perf_counter() - t0)
 
         t0 = time.perf_counter()
-        report = run_mismatch(job)  # BF16 reference from the in-process cache
+        report = run_mismatch(job).model_dump(mode="json")  # BF16 reference from the in-process cache
         warms.append(time.perf_counter() - t0)
         assert report["reference_cached"]
 
@@ -135,7 +138,8 @@ def precision(args) -> int:
 
     torch.set_num_threads(args.threads)
     from workers.science.config import MismatchJobConfig, RolloutConfig
-    from workers.science.mismatch import _REFERENCE_MEMO, run_mismatch
+    from workers.science.mismatch import run_mismatch
+    from workers.science.reference_cache import REFERENCE_MEMO as _REFERENCE_MEMO
 
     rows = {}
     for name, rollout in PRECISION_CONFIGS.items():
@@ -145,7 +149,7 @@ def precision(args) -> int:
                                 reference_engine=args.unit, target_ci=args.target_ci, max_tokens=args.max_tokens,
                                 compare_units=name == "FP8 W (per tensor)")
         t0 = time.perf_counter()
-        r = run_mismatch(job)
+        r = run_mismatch(job).model_dump(mode="json")
         wall = time.perf_counter() - t0
         p = r["precision"]
         rows[name] = {"unit": r["unit"]["engine"], "multiple": round(r["multiple"], 3),

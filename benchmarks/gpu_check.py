@@ -35,7 +35,7 @@ def fp8_real_vs_emulated(model: str, prompts: int, out: dict, device: str = "cud
             cfg = RolloutConfig(weights="fp8_e4m3", activations="fp8_e4m3", weight_scale=scale, fp8_matmul=backend)
             job = MismatchJobConfig(model=model, rollout=cfg, prompts=prompts, device=device, batch_size=256)
             t0 = time.perf_counter()
-            r = run_mismatch(job)
+            r = run_mismatch(job).model_dump(mode="json")
             rows.append({"weight_scale": scale, "fp8_matmul": backend, "backend_used": r["engine"].get("fp8_backend"),
                          "multiple": r["multiple"], "multiple_ci": r["multiple_ci"], "k3": r["value"],
                          "bf16_k3": r["reference_value"], "tokens": r["tokens"], "wall_s": round(time.perf_counter() - t0, 2)})
@@ -48,7 +48,8 @@ def qwen15b_admission(prompts: int, max_new_tokens: int, batch: int, out: dict, 
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from workers.science.config import MismatchJobConfig, RolloutConfig
-    from workers.science.mismatch import MeasurementSession, run_mismatch
+    from workers.science.measurement import MeasurementSession
+    from workers.science.mismatch import run_mismatch
     from workers.science.toy import build_tokenizer
 
     shape = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2) if tiny else \
@@ -73,10 +74,10 @@ def qwen15b_admission(prompts: int, max_new_tokens: int, batch: int, out: dict, 
     job = MismatchJobConfig(model=str(tmp), rollout=rollout, prompts=prompts, max_new_tokens=max_new_tokens,
                             batch_size=batch, device=device, task="arithmetic:3")
     t0 = time.perf_counter()
-    cold = run_mismatch(job)
+    cold = run_mismatch(job).model_dump(mode="json")
     cold_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    warm = run_mismatch(job)
+    warm = run_mismatch(job).model_dump(mode="json")
     warm_s = time.perf_counter() - t0
     # floor: bare sampling + one scoring pass, engine already built
     session = MeasurementSession(job)

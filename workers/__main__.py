@@ -1,1 +1,3 @@
-from workers.science.cli import main; raise SystemExit(main())
+from workers.science.cli import main
+
+raise SystemExit(main())

@@ -10,29 +10,23 @@ from opdweb.api import Routes
 from opdweb.budgets.access import visible_budget
 from opdweb.budgets.models import MismatchBudget
 from opdweb.teams.access import teams_of
+from workers.science.budget.config import BudgetFields
 
 routes = Routes()
 
 
-class BudgetOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
+class BudgetOut(BudgetFields):
+    """A stored budget: the budget's declared fields (:class:`BudgetFields`) as its row
+    holds them, with the row's own (team, times, the calibration's evidence)."""
+
+    model_config = ConfigDict(from_attributes=True, frozen=True, extra="forbid")
 
     id: int
     team: str
     created_at: datetime
     calibration_job_id: int | None
-    checkpoint: str
-    checkpoint_hash: str
+    checkpoint_hash: str  # type: ignore[assignment]  # the row stores '' where the science has None
     teacher: str
-    task: str
-    method: str
-    metric: str
-    unit_engine: str
-    reference_value: float | None
-    step: int
-    tolerance: float
-    budget: float | None = Field(description="the budget multiple; with status not_reached, a lower bound")
-    status: str
     bracket_low: float | None
     bracket_high: float | None
     curve: list[dict[str, Any]]

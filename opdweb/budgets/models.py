@@ -9,12 +9,20 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from workers.science.budget.config import BudgetFields, BudgetSpec
+
 
 class ImmutableBudget(Exception):
     pass
 
 
 class MismatchBudget(models.Model):
+    """A calibrated budget: the columns are the fields of
+    :class:`~workers.science.budget.results.CalibratedBudget` (the bracket in two columns)."""
+
+    #: The fields a newer calibration must share with a budget to supersede it (with the team).
+    SAME_BUDGET = ("checkpoint", "task", "method", "metric")
+
     team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="budgets")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -57,8 +65,8 @@ class MismatchBudget(models.Model):
         return self.superseded_by_id is None
 
     def spec(self) -> dict:
-        """The budget as an admission check takes it (``BudgetSpec``)."""
-        return {"id": self.pk, "checkpoint": self.checkpoint, "checkpoint_hash": self.checkpoint_hash or None,
-                "task": self.task, "method": self.method, "metric": self.metric, "unit_engine": self.unit_engine,
-                "reference_value": self.reference_value, "budget": self.budget, "status": self.status,
-                "step": self.step, "tolerance": self.tolerance}
+        """The budget as an admission check takes it (``BudgetSpec``: the declared budget
+        fields, read off this row, and its id)."""
+        fields = {name: getattr(self, name) for name in BudgetFields.model_fields}
+        spec = BudgetSpec.model_validate({**fields, "id": self.pk, "checkpoint_hash": self.checkpoint_hash or None})
+        return spec.model_dump(mode="json")

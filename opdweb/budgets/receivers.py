@@ -10,21 +10,31 @@ from opdweb.jobs.actions import CONFIG_RESOLVERS
 from opdweb.sandbox import OutsideSandbox, confine_model
 from opdweb.jobs.signals import job_succeeded
 from opdweb.refusals import Refused
+from workers.science.budget.results import CalibratedBudget, CalibrationResult
+from workers.science.entrypoints import get_kind
+from workers.science.kinds import Kind
+
+
+def budget_row(calibrated: CalibratedBudget) -> dict:
+    """The ``MismatchBudget`` columns of a calibrated budget: every field of the one
+    declaration, the bracket in its two columns, a missing text as ''."""
+    row = calibrated.model_dump(mode="json", include=set(CalibratedBudget.model_fields) - {"bracket"})
+    row["bracket_low"], row["bracket_high"] = calibrated.bracket
+    return {**row, "checkpoint_hash": row["checkpoint_hash"] or "", "teacher": row["teacher"] or ""}
 
 
 @receiver(job_succeeded)
 def store_calibrated_budget(sender, job, **kwargs) -> None:
-    if job.kind != "calibration":
+    if job.kind != Kind.CALIBRATION:
         return
-    r = job.result
-    same = dict(team=job.team, checkpoint=r["checkpoint"], task=r["task"], method=r["method"], metric=r["metric"])
-    previous = list(MismatchBudget.objects.select_for_update().filter(superseded_by__isnull=True, **same))
-    bracket = r["bracket"]
-    budget = MismatchBudget.objects.create(
-        created_by=job.created_by, calibration_job=job, checkpoint_hash=r["checkpoint_hash"] or "",
-        teacher=r["teacher"] or "", unit_engine=r["unit_engine"], reference_value=r["reference_value"], step=r["step"],
-        tolerance=r["tolerance"], curve=r["curve"], baseline=r["baseline"], budget=r["budget"], status=r["status"],
-        bracket_low=bracket[0], bracket_high=bracket[1], rule=r["rule"], **same)
+    result = get_kind(Kind.CALIBRATION).validated(job.result)
+    assert isinstance(result, CalibrationResult)
+    row = budget_row(result)
+    same = {name: row.pop(name) for name in MismatchBudget.SAME_BUDGET}
+    previous = list(MismatchBudget.objects.select_for_update().filter(team=job.team, superseded_by__isnull=True,
+                                                                       **same))
+    budget = MismatchBudget.objects.create(team=job.team, created_by=job.created_by, calibration_job=job, **same,
+                                           **row)
     for old in previous:
         old.superseded_by = budget
         old.save(update_fields=["superseded_by"])
@@ -51,8 +61,9 @@ def resolve_admission_budget(team, config: dict) -> dict:
             pass  # the sandbox check of the config itself reports it
         if model != budget.checkpoint:
             raise Refused(f"budget: #{ref} was calibrated on checkpoint {budget.checkpoint!r}, not on {model!r}; "
-                          "calibrate a budget for this checkpoint", details=[{"field": "budget", "message": "other checkpoint"}])
+                          "calibrate a budget for this checkpoint",
+                          details=[{"field": "budget", "message": "other checkpoint"}])
     return {**config, "budget": budget.spec()}
 
 
-CONFIG_RESOLVERS["admission"] = resolve_admission_budget
+CONFIG_RESOLVERS[Kind.ADMISSION] = resolve_admission_budget

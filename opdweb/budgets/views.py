@@ -8,7 +8,10 @@ from django.shortcuts import render
 from opdweb.budgets.access import visible_budget
 from opdweb.budgets.models import MismatchBudget
 from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.results import typed_result
 from opdweb.teams.access import teams_of
+from workers.science.budget.results import AdmissionVerdict
+from workers.science.kinds import Kind
 
 
 @login_required
@@ -19,11 +22,11 @@ def budget_list(request):
 
 def admission_points(budget: MismatchBudget) -> list[dict]:
     """Every finished admission check against this budget: its config, multiple, CI, verdict."""
-    jobs = Job.objects.filter(team=budget.team, kind="admission", state=JobState.SUCCEEDED,
+    jobs = Job.objects.filter(team=budget.team, kind=Kind.ADMISSION, state=JobState.SUCCEEDED,
                               config__budget__id=budget.pk).order_by("-created_at")[:200]
-    return [{"job": j.pk, "name": j.name or f"#{j.pk}", "verdict": j.result.get("verdict"),
-             "multiple": j.result.get("multiple"), "ci": j.result.get("multiple_ci"),
-             "rollout": j.result.get("rollout")} for j in jobs if isinstance(j.result, dict)]
+    checks = [(j, typed_result(j)) for j in jobs]
+    return [{"job": j.pk, "name": j.name or f"#{j.pk}", "verdict": r.verdict, "multiple": r.multiple,
+             "ci": r.multiple_ci, "rollout": r.rollout} for j, r in checks if isinstance(r, AdmissionVerdict)]
 
 
 @login_required

@@ -16,6 +16,7 @@ from typing import Iterator, Mapping
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
+from pydantic import BaseModel
 
 from opdweb.jobs import live
 from opdweb.jobs.models import TERMINAL_STATES, Job, JobLogEntry, JobState
@@ -65,14 +66,14 @@ class JobReporter:
             )
             live.publish_state(self.job)
 
-    def run_children(self, children) -> Iterator[tuple[object, dict]]:
+    def run_children(self, children) -> Iterator[tuple[object, BaseModel]]:
         """Each child as a job of its own (several workers share them); yields each with
-        its result as it succeeds.  A failed child fails the parent; a parent asked to stop
-        cancels the children still queued or running."""
+        its typed result (the child kind's result model) as it succeeds.  A failed child
+        fails the parent; a parent asked to stop cancels the children still queued or running."""
         from opdweb.jobs.actions import do_cancel_job, do_submit_children
 
         jobs = do_submit_children(self.job, children)
-        pending = {job.pk: child for job, child in zip(jobs, children)}
+        pending = {job.pk: child for job, child in zip(jobs, children, strict=True)}
         while pending:
             if self.should_stop():
                 for job in Job.objects.filter(pk__in=pending).exclude(state__in=TERMINAL_STATES):
@@ -86,7 +87,7 @@ class JobReporter:
                 if job.state != JobState.SUCCEEDED:
                     raise ChildFailed(f"child job #{job.pk} ({child.label or child.key}) {job.state}: "
                                       f"{job.error or job.message}")
-                yield child, job.result
+                yield child, get_kind(job.kind).validated(job.result)
             if pending:
                 time.sleep(CHILD_POLL_SECONDS)
 
@@ -205,7 +206,7 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         result = kind.run(config, reporter)
         sink.close()
         log.info("job %s succeeded", job.pk)
-        state, outcome = JobState.SUCCEEDED, {"result": result}
+        state, outcome = JobState.SUCCEEDED, {"result": result.model_dump(mode="json")}
     except Cancelled as exc:
         sink.close()
         if reporter.timed_out:

@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
+from pydantic import BaseModel
 
 from opdweb.api import load_json
 from opdweb.jobs.access import may_see_traceback, visible_job
@@ -19,7 +20,7 @@ from opdweb.jobs.compare import compared_jobs, compared_series, metric_rows, par
 from opdweb.jobs.history import history_reads
 from opdweb.jobs.listing import JobListView
 from opdweb.jobs.models import Job, JobState
-from opdweb.jobs.result_charts import result_charts
+from opdweb.jobs.result_charts import presented
 from opdweb.sandbox import product_values
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
@@ -27,6 +28,7 @@ from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
 from opdweb.traces.models import TraceSeries
 from workers.science.entrypoints import KINDS
+from workers.science.kinds import Kind
 
 LOG_PAGE_LINES = 500
 
@@ -68,7 +70,7 @@ def example_configs() -> dict[str, dict]:
 def job_new(request):
     teams = list(teams_of(request.user, Role.MEMBER))
     examples = example_configs()
-    form = {"kind": "selftest", "config": json.dumps(examples["selftest"], indent=2), "name": "",
+    form = {"kind": Kind.SELFTEST.value, "config": json.dumps(examples[Kind.SELFTEST], indent=2), "name": "",
             "team": teams[0].slug if teams else ""}
     if request.GET.get("kind") in examples:
         form.update(kind=request.GET["kind"], config=json.dumps(examples[request.GET["kind"]], indent=2))
@@ -102,7 +104,7 @@ def cloned_form(user, job_id: int, prompts: str) -> dict:
     comes from the cache)."""
     job = visible_job(user, job_id)
     config = dict(job.config)
-    if job.kind == "admission" and isinstance(config.get("budget"), dict):
+    if job.kind == Kind.ADMISSION and isinstance(config.get("budget"), dict):
         config["budget"] = config["budget"].get("id")  # the form takes the budget's id
     for product_field in product_values(job):  # the worker fills these in; a config may not set them
         config.pop(product_field, None)
@@ -112,14 +114,16 @@ def cloned_form(user, job_id: int, prompts: str) -> dict:
             "name": (job.name or f"re-run of #{job.pk}")[:200]}
 
 
-def mismatch_summary(result) -> dict | None:
-    """The headline of a mismatch report for people: the multiple with its interval, and
-    every metric beside the BF16 reference's."""
-    if not isinstance(result, dict) or "multiple" not in result:
+def mismatch_summary(result: BaseModel | None) -> dict | None:
+    """The headline of a typed result that measured a multiple (a mismatch report, and the
+    reports that contain one) for people: the multiple with its interval, and every metric
+    beside the BF16 reference's."""
+    if result is None or "multiple" not in type(result).model_fields:
         return None
-    metrics, reference = result.get("metrics") or {}, result.get("reference_metrics") or {}
+    metrics: dict = getattr(result, "metrics", None) or {}
+    reference: dict = getattr(result, "reference_metrics", None) or {}
     rows = [(name, metrics[name], reference.get(name)) for name in sorted(metrics)]
-    return {**result, "rows": rows}
+    return {**result.model_dump(mode="json"), "rows": rows}
 
 
 @login_required
@@ -132,9 +136,14 @@ def job_detail(request, job_id: int):
         {"job": job, "can_cancel": can_cancel, "show_traceback": may_see_traceback(request.user, job.viewer_role),
          "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
-         "mismatch": mismatch_summary(job.result), "result_charts": result_charts(job),
-         **log_context(job), **chart_context(job)},
+         **result_context(job), **log_context(job), **chart_context(job)},
     )
+
+
+def result_context(job) -> dict:
+    """The typed result, its kind's presenter and figures, and the multiple's summary."""
+    context = presented(job)
+    return {**context, "mismatch": mismatch_summary(context["result"])}
 
 
 def chart_context(job) -> dict:

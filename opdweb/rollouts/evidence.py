@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from opdweb.budgets.models import MismatchBudget
 from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.results import typed_result
 from opdweb.rollouts.canonical import hash_of_rollout
 from opdweb.rollouts.models import RolloutConfigRecord
+from workers.science.budget.results import AdmissionVerdict
+from workers.science.kinds import Kind
 
-ADMISSION_KIND = "admission"
+ADMISSION_KIND = Kind.ADMISSION
 
 
 def jobs_using(record: RolloutConfigRecord, **filters) -> list[Job]:
@@ -27,9 +30,15 @@ def latest_admission_check(record: RolloutConfigRecord, checkpoint: str) -> Job 
     return checks[0] if checks else None
 
 
+def admission_verdict(job: Job | None) -> AdmissionVerdict | None:
+    """An admission job's typed result (None: no job, or not a finished admission check)."""
+    result = typed_result(job) if job is not None else None
+    return result if isinstance(result, AdmissionVerdict) else None
+
+
 def verdict_of(job: Job | None) -> str | None:
-    result = job.result if job is not None and isinstance(job.result, dict) else {}
-    return result.get("verdict")
+    result = admission_verdict(job)
+    return result.verdict if result is not None else None
 
 
 def _budget_id(value) -> int | None:
@@ -43,8 +52,8 @@ def budget_of(job: Job | None) -> MismatchBudget | None:
     """The team's budget an admission job was checked against."""
     if job is None:
         return None
-    result = job.result if isinstance(job.result, dict) else {}
-    budget_id = _budget_id(result.get("budget")) or _budget_id(job.config.get("budget"))
+    result = admission_verdict(job)
+    budget_id = (result.budget.id if result is not None else None) or _budget_id(job.config.get("budget"))
     return MismatchBudget.objects.filter(pk=budget_id, team_id=job.team_id).first() if budget_id else None
 
 

@@ -9,6 +9,7 @@ from django.http import QueryDict
 from opdweb.budgets.access import visible_budget
 from opdweb.jobs.views import FORM_PREFILLS
 from opdweb.rollouts.access import visible_config
+from workers.science.kinds import Kind
 
 
 def admission_form(user, params: QueryDict, example: dict) -> dict:
@@ -24,7 +25,8 @@ def admission_form(user, params: QueryDict, example: dict) -> dict:
         record = visible_config(user, int(rollout_id))
         config["rollout"] = record.config
         name = f"{record.name} vs budget #{budget.pk}"
-    return {"kind": "admission", "config": json.dumps(config, indent=2), "name": name, "team": budget.team.slug}
+    return {"kind": Kind.ADMISSION.value, "config": json.dumps(config, indent=2), "name": name,
+            "team": budget.team.slug}
 
 
-FORM_PREFILLS["admission"] = admission_form
+FORM_PREFILLS[Kind.ADMISSION] = admission_form

@@ -9,10 +9,11 @@ import sys
 import pytest
 
 from workers.science.budget.arithmetic import Level, find_budget
-from workers.science.budget.calibration import run_calibration
 from workers.science.budget.config import CalibrationJobConfig
 from workers.science.config import MismatchJobConfig, RolloutConfig
+from workers.science.entrypoints import get_kind
 from workers.science.fingerprint import checkpoint_digest
+from workers.science.kinds import Kind
 from workers.science.mismatch import run_mismatch
 
 
@@ -46,7 +47,8 @@ def test_noise_solved_for_a_target_lands_within_a_fresh_measurements_ci(student,
     assert abs(solved["multiple"] / 20 - 1) <= 0.25 or len(solved["trials"]) == 8
     # An independent measurement: other prompts (seed 7) and another noise draw's effect measured afresh.
     check = run_mismatch(MismatchJobConfig(model=student, rollout=RolloutConfig(noise_sigma=solved["sigma"]), prompts=256,
-                                           seed=7, reference_engine="hf", target_ci=0.0, threads=1))
+                                           seed=7, reference_engine="hf", target_ci=0.0,
+                                           threads=1)).model_dump(mode="json")
     lo, hi = check["multiple_ci"]
     assert lo <= 20 <= hi, (solved, check["multiple"], check["multiple_ci"])
 
@@ -95,7 +97,7 @@ def test_tiny_calibration_runs_its_ladder_in_process(student, teacher, tmp_path)
     cfg = CalibrationJobConfig(model=student, teacher=teacher, levels=[10.0, 100.0], seeds=2, steps=2, batch_size=8,
                                eval_prompts=20, measure_prompts=256, reference_engine="hf", max_extensions=0,
                                threads=1, device="cpu")
-    r = run_calibration(cfg)
+    r = get_kind(Kind.CALIBRATION).run(cfg).model_dump(mode="json")  # its children run here, one after the other
     assert r["method"] == "opd:full" and r["unit_engine"] == "hf" and r["checkpoint_hash"] == checkpoint_digest(student)
     assert [c["target"] for c in r["curve"]] == [10.0, 100.0] and all(len(c["accuracies"]) == 2 for c in r["curve"])
     assert r["noise"][0]["sigma"] < r["noise"][1]["sigma"]  # more mismatch needs more noise

@@ -149,14 +149,16 @@ def test_the_yaml_seed_is_used_and_an_overriding_seed_is_reported(student, tmp_p
 
 
 def test_drift_uses_the_jobs_bootstrap_count(student, monkeypatch):
-    from workers.science import mismatch
+    from workers.science import multiple
     from workers.science.config import DriftJobConfig, RolloutConfig
     from workers.science.drift import run_drift
 
     seen = []
-    real = mismatch.compare
-    monkeypatch.setattr(mismatch, "compare", lambda s, m, ref, metric, n_boot, *a: seen.append(n_boot) or real(s, m, ref, metric, n_boot, *a))
-    r = run_drift(DriftJobConfig(model=student, rollout=RolloutConfig(noise_sigma=0.1), prompts=16, device="cpu", bootstrap=37))
+    real = multiple.compare
+    monkeypatch.setattr(multiple, "compare",
+                        lambda s, m, ref, metric, n_boot, *a: seen.append(n_boot) or real(s, m, ref, metric, n_boot, *a))
+    r = run_drift(DriftJobConfig(model=student, rollout=RolloutConfig(noise_sigma=0.1), prompts=16, device="cpu",
+                                 bootstrap=37)).model_dump(mode="json")
     assert seen == [37] and r["bootstrap"] == 37
 
 

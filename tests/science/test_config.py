@@ -108,7 +108,9 @@ def test_job_applies_its_seed_and_length_to_the_rollout():
 def test_config_and_entrypoints_import_without_torch():
     code = (
         "import sys; import workers.science.config, workers.science.entrypoints, workers.science.capacity; "
+        "import workers.science.results, workers.science.budget.results, workers.science.training.results; "
         "assert 'torch' not in sys.modules, 'torch imported'; "
+        "assert 'numpy' not in sys.modules, 'numpy imported'; "
         "assert 'django' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

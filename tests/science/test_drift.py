@@ -2,8 +2,7 @@ import numpy as np
 import pytest
 
 from workers.science.config import DriftJobConfig, RolloutConfig
-from workers.science.drift import drift_statistics, mismatch_after_divergence
-from workers.science.drift import run_drift
+from workers.science.drift import drift_statistics, mismatch_after_divergence, run_drift
 from workers.science.metrics import TokenRecords
 
 
@@ -27,17 +26,20 @@ def test_share_after_divergence_by_hand():
 
 
 def test_the_reference_does_not_drift_from_itself(student):
-    r = run_drift(DriftJobConfig(model=student, rollout=RolloutConfig(), prompts=64, device="cpu"))
+    r = run_drift(DriftJobConfig(model=student, rollout=RolloutConfig(), prompts=64,
+                                 device="cpu")).model_dump(mode="json")
     assert r["diverged_fraction"] == 0.0
     assert set(r["identical_prefix_fraction"].values()) == {1.0}
 
 
 def test_noise_makes_decodes_diverge_and_mismatch_concentrates_after(student):
-    r = run_drift(DriftJobConfig(model=student, rollout=RolloutConfig(noise_sigma=0.3), prompts=128, device="cpu"))
+    r = run_drift(DriftJobConfig(model=student, rollout=RolloutConfig(noise_sigma=0.3), prompts=128,
+                                 device="cpu")).model_dump(mode="json")
     assert 0 < r["diverged_fraction"] <= 1
     fracs = [r["identical_prefix_fraction"][k] for k in ("1", "2", "4", "8")]
     assert fracs == sorted(fracs, reverse=True)
     a = r["mismatch_after_divergence"]
     assert 0 < a["share_after"] < 1
-    g = run_drift(DriftJobConfig(model=student, rollout=RolloutConfig(noise_sigma=0.3), prompts=64, decode="greedy", device="cpu"))
+    g = run_drift(DriftJobConfig(model=student, rollout=RolloutConfig(noise_sigma=0.3), prompts=64, decode="greedy",
+                                 device="cpu")).model_dump(mode="json")
     assert g["rollout"]["sampling"]["temperature"] == 0.0

@@ -5,8 +5,9 @@ from workers.science.config import ConfigError, MismatchJobConfig, RolloutConfig
 from workers.science.engines.vllm_engine import vllm_unsupported
 
 try:
-    from workers.science import engines  # noqa: F401 - hides a broken torchvision first
     import vllm  # noqa: F401
+
+    from workers.science import engines  # noqa: F401 - hides a broken torchvision first
 
     VLLM_IMPORT_ERROR = None
 except Exception as exc:  # noqa: BLE001
@@ -17,7 +18,7 @@ needs_vllm = pytest.mark.skipif(VLLM_IMPORT_ERROR is not None, reason=f"vllm can
 
 @pytest.fixture(scope="module")
 def session(student):
-    from workers.science.mismatch import MeasurementSession
+    from workers.science.measurement import MeasurementSession
 
     job = MismatchJobConfig(model=student, rollout=RolloutConfig(engine="vllm"), prompts=64, device="cpu", bootstrap=200)
     return MeasurementSession(job)

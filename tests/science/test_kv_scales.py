@@ -47,7 +47,7 @@ def test_the_multiple_is_the_same_at_every_batch_size(student):
     def multiple(bs):
         job = MismatchJobConfig(model=student, rollout=FP8_KV, prompts=64, batch_size=bs, device="cpu",
                                 reference_engine="hf", target_ci=0, bootstrap=100)
-        return run_mismatch(job)
+        return run_mismatch(job).model_dump(mode="json")
 
     runs = {bs: multiple(bs) for bs in (1, 16, 64)}
     # the rollout side is bitwise the same; the fp32 trainer's scores may differ in the last bit across batch shapes

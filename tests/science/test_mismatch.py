@@ -3,10 +3,9 @@ import math
 
 import pytest
 
-from workers.science.config import ConfigError, MismatchJobConfig, RolloutConfig
+from workers.science.config import TOKEN_METRICS, ConfigError, MismatchJobConfig, RolloutConfig
 from workers.science.entrypoints import KINDS
 from workers.science.mismatch import run_mismatch
-from workers.science.metrics import TOKEN_METRICS
 from workers.science.reporting import Cancelled, RecordingReporter
 
 
@@ -18,7 +17,7 @@ def job(student, prompts=96, **rollout):
 
 def test_report_has_the_contract_fields_and_is_json(student):
     rep = RecordingReporter()
-    r = run_mismatch(job(student, weights="fp8_e4m3", kv_cache="fp8_e4m3"), rep)
+    r = run_mismatch(job(student, weights="fp8_e4m3", kv_cache="fp8_e4m3"), rep).model_dump(mode="json")
     for key in ("metric", "value", "reference_value", "multiple", "multiple_ci", "tokens", "metrics"):
         assert key in r
     assert r["metric"] == "k3" and r["tokens"] > 96
@@ -35,30 +34,31 @@ def test_report_has_the_contract_fields_and_is_json(student):
 
 
 def test_the_bf16_engine_is_exactly_one_x(student):
-    r = run_mismatch(job(student), RecordingReporter())
+    r = run_mismatch(job(student), RecordingReporter()).model_dump(mode="json")
     assert r["multiple"] == 1.0 and r["multiple_ci"] == [1.0, 1.0]
     assert r["value"] > 0  # BF16 against the fp32 trainer is small but not zero
 
 
 def test_staleness_zero_and_keeping_everything_recover_the_bf16_multiple(student):
-    assert run_mismatch(job(student, staleness=0))["multiple"] == 1.0
-    kept = run_mismatch(job(student, weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.1, keep_bf16=[0]))
+    assert run_mismatch(job(student, staleness=0)).model_dump(mode="json")["multiple"] == 1.0
+    kept = run_mismatch(job(student, weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.1,
+                            keep_bf16=[0])).model_dump(mode="json")
     assert kept["multiple"] == 1.0
 
 
 def test_the_multiple_rises_with_sigma(student):
-    multiples = [run_mismatch(job(student, noise_sigma=s))["multiple"] for s in (0.03, 0.1, 0.3)]
+    multiples = [run_mismatch(job(student, noise_sigma=s)).multiple for s in (0.03, 0.1, 0.3)]
     assert multiples[0] < multiples[1] < multiples[2]
     assert multiples[2] > 10
 
 
 def test_staleness_increases_mismatch(student):
-    assert run_mismatch(job(student, staleness=4))["multiple"] > 1.5
+    assert run_mismatch(job(student, staleness=4)).model_dump(mode="json")["multiple"] > 1.5
 
 
 def test_dump_writes_one_line_per_response(student, tmp_path):
     path = tmp_path / "dump.jsonl"
-    r = run_mismatch(job(student, prompts=20, noise_sigma=0.1), dump_path=path)
+    r = run_mismatch(job(student, prompts=20, noise_sigma=0.1), dump_path=path).model_dump(mode="json")
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     assert len(lines) == 20
     assert sum(len(x["token_ids"]) for x in lines) == r["tokens"]
@@ -86,33 +86,34 @@ def test_the_registry_names_the_mismatch_kind():
 
 
 def test_metrics_are_finite(student):
-    r = run_mismatch(job(student, weights="int4", weight_scale="block", block_size=32))
+    r = run_mismatch(job(student, weights="int4", weight_scale="block", block_size=32)).model_dump(mode="json")
     assert all(v is None or math.isfinite(v) for v in r["metrics"].values())
     assert r["multiple"] > 1
 
 
 def test_the_bf16_reference_is_cached_on_disk(student, tmp_path):
-    from workers.science import mismatch
+    from workers.science import reference_cache
 
-    mismatch._REFERENCE_MEMO.clear()
+    reference_cache.forget_all()
     cfg = job(student, prompts=32, weights="fp8_e4m3").model_copy(update={"cache_dir": str(tmp_path)})
-    first = run_mismatch(cfg)
+    first = run_mismatch(cfg).model_dump(mode="json")
     # the unit and the unit under its second seed (the floor)
     assert first["reference_cached"] is False and len(list(tmp_path.glob("bf16-reference-*.npz"))) == 2
-    mismatch._REFERENCE_MEMO.clear()
-    second = run_mismatch(cfg)
+    reference_cache.forget_all()
+    second = run_mismatch(cfg).model_dump(mode="json")
     assert second["reference_cached"] is True
     assert second["reference_value"] == first["reference_value"] and second["multiple"] == first["multiple"]
     # a different seed is a different reference
-    other = run_mismatch(cfg.model_copy(update={"seed": 1}))
+    other = run_mismatch(cfg.model_copy(update={"seed": 1})).model_dump(mode="json")
     assert other["reference_cached"] is False
 
 
 def test_the_same_config_measured_twice_agrees_exactly(student):
     import torch
 
+    from workers.science.measurement import MeasurementSession
     from workers.science.metrics import TokenRecords, metric_values, summarize
-    from workers.science.mismatch import MeasurementSession, compare
+    from workers.science.multiple import compare
 
     session = MeasurementSession.open(job(student, prompts=32, weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.05))
     cfg = session.rollout
@@ -129,7 +130,7 @@ def test_the_same_config_measured_twice_agrees_exactly(student):
     assert v["mult_error"] == 1.0 and v["ess"] == 1.0 and v["pearson"] == 1.0
     # and on the BF16 scale, one measurement is exactly one times the other
     body = compare(session, a, b, "k3", 200)
-    assert body["value"] > 0 and body["multiple"] == 1.0 and body["multiple_ci"] == [1.0, 1.0]
+    assert body.value > 0 and body.multiple == 1.0 and body.multiple_ci == [1.0, 1.0]
 
 
 @pytest.mark.parametrize("model,rollout,message", [
@@ -140,10 +141,10 @@ def test_the_same_config_measured_twice_agrees_exactly(student):
     ("student", dict(keep_bf16=["*.attention.*"]), "matches no module"),
 ])
 def test_check_rollout_refuses_before_any_sampling(request, monkeypatch, model, rollout, message):
-    from workers.science import mismatch
+    from workers.science import reference_cache
     from workers.science.engines.hf import HFEngine
 
-    mismatch._REFERENCE_MEMO.clear()  # a remembered BF16 reference would need no sampling either way
+    reference_cache.forget_all()  # a remembered BF16 reference would need no sampling either way
     path = request.getfixturevalue(model)
     sampled = []
     real_sample = HFEngine.sample

@@ -3,7 +3,8 @@ sampled until the CI is tight enough or the budget is spent, and a ~0 reference 
 import pytest
 
 from workers.science.config import MismatchJobConfig, RolloutConfig
-from workers.science.mismatch import next_round_size, relative_half_width, run_mismatch, stop_reason
+from workers.science.mismatch import run_mismatch
+from workers.science.multiple import next_round_size, relative_half_width, stop_reason
 
 
 def job(student, **kw):
@@ -31,7 +32,8 @@ def test_the_stop_rule():
 
 
 def test_rounds_stop_when_the_ci_is_within_the_target(student):
-    r = run_mismatch(job(student, rollout={"noise_sigma": 0.1}, target_ci=0.25, max_tokens=10**6))
+    r = run_mismatch(job(student, rollout={"noise_sigma": 0.1}, target_ci=0.25,
+                         max_tokens=10**6)).model_dump(mode="json")
     p = r["precision"]
     assert p["stopped"] == "precision" and len(p["rounds"]) >= 2
     assert p["relative_half_width"] <= 0.25
@@ -43,13 +45,14 @@ def test_rounds_stop_when_the_ci_is_within_the_target(student):
 
 
 def test_a_spent_budget_stops_and_warns_that_the_ci_is_too_wide(student):
-    r = run_mismatch(job(student, rollout={"noise_sigma": 0.03}, target_ci=0.01, max_tokens=150))
+    r = run_mismatch(job(student, rollout={"noise_sigma": 0.03}, target_ci=0.01,
+                         max_tokens=150)).model_dump(mode="json")
     assert r["precision"]["stopped"] == "token budget" and r["tokens"] >= 150
     assert any(w.startswith("precision:") and "too wide to decide" in w for w in r["warnings"])
 
 
 def test_the_floor_is_the_units_own_spread_and_a_bf16_config_reports_it(student):
-    r = run_mismatch(job(student, target_ci=0, prompts=256))
+    r = run_mismatch(job(student, target_ci=0, prompts=256)).model_dump(mode="json")
     assert r["identical_to_unit"] is True and r["multiple"] == 1.0  # the unit against itself, by identity ...
     f = r["floor"]  # ... and the spread that identity hides: the unit under a second seed
     assert f["seeds"] == [0, 1] and f["seed_multiple"] > 0 and f["seed_multiple"] != 1.0
@@ -59,13 +62,15 @@ def test_the_floor_is_the_units_own_spread_and_a_bf16_config_reports_it(student)
 
 
 def test_a_multiple_inside_the_floor_is_flagged(student):
-    r = run_mismatch(job(student, rollout={"weights": "int8", "weight_scale": "channel"}, target_ci=0, prompts=128))
+    r = run_mismatch(job(student, rollout={"weights": "int8", "weight_scale": "channel"}, target_ci=0,
+                         prompts=128)).model_dump(mode="json")
     if r["multiple_ci"][0] <= r["floor"]["value"]:
         assert any(w.startswith("floor:") for w in r["warnings"])
 
 
 def test_a_bf16_trainer_is_flagged(student):
-    r = run_mismatch(job(student, rollout={"weights": "fp8_e4m3"}, trainer_dtype="bf16", target_ci=0, prompts=64))
+    r = run_mismatch(job(student, rollout={"weights": "fp8_e4m3"}, trainer_dtype="bf16", target_ci=0,
+                         prompts=64)).model_dump(mode="json")
     assert any("trainer_dtype bf16" in w for w in r["warnings"])
     assert any(w.startswith("reference:") for w in r["warnings"]) == (abs(r["reference_value"]) < 1e-7)
 
@@ -78,7 +83,7 @@ def test_the_default_unit_is_vllm_where_it_runs_and_both_units_can_be_reported(s
         pytest.skip("vLLM cannot be imported here")
     cfg = MismatchJobConfig(model=student, rollout=RolloutConfig(weights="fp8_e4m3"), prompts=64, device="cpu",
                             target_ci=0, bootstrap=200, compare_units=True)
-    r = run_mismatch(cfg)
+    r = run_mismatch(cfg).model_dump(mode="json")
     assert r["unit"]["engine"] == "vllm" and "standard BF16 engine" in r["unit"]["why"]
     assert r["unit"]["versions"]["vllm"]
     assert set(r["units"]) == {"vllm", "hf"}

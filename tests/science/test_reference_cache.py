@@ -5,9 +5,10 @@ import shutil
 
 import pytest
 
-from workers.science import fingerprint, mismatch
+from workers.science import fingerprint, reference_cache
 from workers.science.config import MismatchJobConfig, RolloutConfig
-from workers.science.mismatch import MeasurementSession, run_mismatch
+from workers.science.measurement import MeasurementSession
+from workers.science.mismatch import run_mismatch
 
 
 def job(model, **kw):
@@ -23,20 +24,20 @@ def write_prompts(path, problems):
 
 def test_a_prompt_file_rewritten_at_the_same_path_is_a_miss(student, tmp_path):
     """The issue's reproduction: same path, same size, same mtime, other prompts."""
-    mismatch._REFERENCE_MEMO.clear()
+    reference_cache.forget_all()
     f = tmp_path / "p.jsonl"
     write_prompts(f, [(f"{a}+{b}=", "0") for a in range(4) for b in range(6)])
     cfg = job(student, task=str(f), cache_dir=str(tmp_path / "cache"))
-    first = run_mismatch(cfg)
+    first = run_mismatch(cfg).model_dump(mode="json")
     st = f.stat()
     write_prompts(f, [(f"{a}+{b}=", "0") for a in range(4, 8) for b in range(3, 9)])
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert f.stat().st_size == st.st_size and f.stat().st_mtime_ns == st.st_mtime_ns
-    mismatch._REFERENCE_MEMO.clear()
-    second = run_mismatch(cfg)
+    reference_cache.forget_all()
+    second = run_mismatch(cfg).model_dump(mode="json")
     assert second["reference_cached"] is False
-    mismatch._REFERENCE_MEMO.clear()
-    fresh = run_mismatch(cfg.model_copy(update={"cache_dir": None}))
+    reference_cache.forget_all()
+    fresh = run_mismatch(cfg.model_copy(update={"cache_dir": None})).model_dump(mode="json")
     assert second["reference_value"] == fresh["reference_value"] != first["reference_value"]
 
 

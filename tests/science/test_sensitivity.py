@@ -2,8 +2,8 @@ import pytest
 
 from workers.science.capacity import kv_bytes_per_token, kv_capacity
 from workers.science.config import RolloutConfig, SensitivityJobConfig
-from workers.science.sensitivity import run_sensitivity
 from workers.science.reporting import RecordingReporter
+from workers.science.sensitivity import run_sensitivity
 
 
 def test_kv_capacity_by_hand():
@@ -19,7 +19,7 @@ def test_kv_capacity_by_hand():
 def sensitivity(teacher, target, rep=None):
     cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.2),
                                prompts=96, bootstrap=100, target=target, device="cpu", reference_engine="hf")
-    return run_sensitivity(cfg, rep)
+    return run_sensitivity(cfg, rep).model_dump(mode="json")
 
 
 def test_per_layer_ranking_and_recipe(teacher):
@@ -34,7 +34,7 @@ def test_per_layer_ranking_and_recipe(teacher):
     assert rec["reached"] is False and rec["keep_bf16"] is None and "no gain" in rec["note"]
     assert all(t["kept"] < 2 for t in rec["trials"])
     assert r["kv_cache"]["capacity_ratio"] == pytest.approx(2.0)
-    assert r["unit"]["engine"] == "hf"
+    assert r["unit"]["engine"] == "hf" and r["granularity"] == "layer"  # the BF16 unit, and what one part is
     assert "sensitivity/multiple" in {k for _, k, _ in rep.points}
     # a target the least sensitive layer alone meets: keep the most sensitive one
     target = r["ranking"][1]["multiple"] * 1.05
@@ -48,13 +48,14 @@ def test_per_layer_ranking_and_recipe(teacher):
 def test_a_config_already_under_target_needs_no_recipe(teacher):
     cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(weights="fp8_e4m3"), prompts=48, bootstrap=0,
                                target=1e6, device="cpu", reference_engine="hf")
-    assert run_sensitivity(cfg)["recipe"]["keep_bf16"] == []
+    assert run_sensitivity(cfg).model_dump(mode="json")["recipe"]["keep_bf16"] == []
 
 
 def test_module_units(teacher):
     cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(kv_cache="fp8_e4m3", weights="int8"), prompts=32,
                                bootstrap=0, unit="module", device="cpu", reference_engine="hf")
-    r = run_sensitivity(cfg)
+    r = run_sensitivity(cfg).model_dump(mode="json")
+    assert r["granularity"] == "module" and r["unit"]["engine"] == "hf"  # the old spelling `unit` still works
     units = {u["unit"] for u in r["ranking"]}
     assert "model.layers.0.self_attn.kv_cache" in units and "model.layers.1.mlp.down_proj" in units
     assert len(units) == 2 * 7 + 2

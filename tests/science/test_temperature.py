@@ -58,6 +58,6 @@ def test_k3_tracks_the_full_vocabulary_kl_at_half_temperature(student):
 def test_the_report_states_the_transform_and_kl_full_agrees_with_k3(student):
     job = MismatchJobConfig(model=student, rollout=RolloutConfig(noise_sigma=0.3, sampling={"temperature": T}),
                             prompts=1024, device="cpu", reference_engine="hf", target_ci=0, bootstrap=0)
-    r = run_mismatch(job)
+    r = run_mismatch(job).model_dump(mode="json")
     assert "logits / T" in r["logprobs"]
     assert r["metrics"]["k3"] == pytest.approx(r["metrics"]["kl_full"], rel=0.2)

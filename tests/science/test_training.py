@@ -56,7 +56,7 @@ def test_every_method_raises_held_out_accuracy(student, teacher, method):
         cfg = OPDConfig(model=student, teacher=teacher, **spec, **LEARNING_RUN)
     else:
         cfg = GRPOConfig(model=student, **spec, **LEARNING_RUN)
-    start, end = accuracies(run_training(cfg))
+    start, end = accuracies(run_training(cfg).model_dump(mode="json"))
     assert end > start + LEARNING_MARGIN, (method, start, end)
 
 
@@ -105,16 +105,18 @@ def test_resume_from_a_checkpoint_continues_the_same_trajectory(student, teacher
     assert (tmp_path / "a" / "checkpoint-000003" / "config.json").is_file()
     resumed = RecordingReporter()
     report = run_training(opd(student, teacher, out=str(tmp_path / "b"),
-                              resume_from=str(tmp_path / "a" / "checkpoint-000003"), **kw), resumed)
+                              resume_from=str(tmp_path / "a" / "checkpoint-000003"), **kw),
+                          resumed).model_dump(mode="json")
     assert trace(resumed) == [p for p in trace(whole) if p[0] > 3]
     assert report["steps"] == 6 and Path(report["checkpoint"]).name == "checkpoint-000006"
 
 
 def test_resume_last_in_an_empty_out_starts_fresh_and_a_rerun_continues(student, teacher, tmp_path):
-    first = run_training(opd(student, teacher, steps=1, out=str(tmp_path)))
+    first = run_training(opd(student, teacher, steps=1, out=str(tmp_path))).model_dump(mode="json")
     assert first["steps"] == 1 and first["start_accuracy"] is not None
     rep = RecordingReporter()
-    again = run_training(opd(student, teacher, steps=2, out=str(tmp_path)), rep)  # resume: continue from out
+    # resume: continue from out
+    again = run_training(opd(student, teacher, steps=2, out=str(tmp_path)), rep).model_dump(mode="json")
     assert {s for s, _, _ in rep.points} == {2} and again["start_accuracy"] == first["start_accuracy"]
     with pytest.raises(ConfigError, match=r"different config \(lr\)"):
         run_training(opd(student, teacher, steps=3, lr=1e-3, out=str(tmp_path)))
@@ -129,7 +131,7 @@ def test_cancel_stops_within_one_step_and_leaves_a_usable_checkpoint(student, te
     assert max(s for s, _, _ in rep.points) == 3
     ckpt = tmp_path / "checkpoint-000003"
     AutoModelForCausalLM.from_pretrained(ckpt)  # an ordinary Hugging Face folder
-    report = run_training(opd(student, teacher, steps=4, out=str(tmp_path)))
+    report = run_training(opd(student, teacher, steps=4, out=str(tmp_path))).model_dump(mode="json")
     assert report["steps"] == 4
 
 
@@ -189,7 +191,7 @@ def test_time_to_quality_times_each_arm_to_the_target(student, teacher):
     cfg = TimeToQualityConfig(model=student, teacher=teacher, target=0.6, seeds=2, steps=30, batch_size=128,
                               lr=1e-3, eval_every=2, eval_prompts=100, device="cpu")
     rep = RecordingReporter()
-    r = run_time_to_quality(cfg, rep)
+    r = run_time_to_quality(cfg, rep).model_dump(mode="json")
     sync, fp8_async = r["arms"]
     assert (sync["name"], fp8_async["name"], fp8_async["async_k"]) == ("bf16-sync", "fp8-async1", 1)
     for arm in r["arms"]:

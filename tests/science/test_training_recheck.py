@@ -30,7 +30,7 @@ def test_a_run_that_leaves_its_budget_is_flagged_at_that_step(student, teacher, 
                     budget=[{"step": 0, "multiple": 1e9}, {"step": 2, "multiple": 1.5}])
     rep = RecordingReporter()
     with caplog.at_level(logging.WARNING):
-        report = run_training(cfg, rep)
+        report = run_training(cfg, rep).model_dump(mode="json")
     checks = report["admission"]["checks"]
     assert [c["step"] for c in checks] == [0, 2, 4]
     assert [c["budget"] for c in checks] == pytest.approx([1e9, 1.5, 1.5])
@@ -44,5 +44,5 @@ def test_a_run_that_leaves_its_budget_is_flagged_at_that_step(student, teacher, 
 
 def test_without_budgets_nothing_is_rechecked(student, teacher):
     report = run_training(OPDConfig(model=student, teacher=teacher, steps=1, batch_size=8, eval_prompts=10,
-                                    device="cpu"), RecordingReporter())
+                                    device="cpu"), RecordingReporter()).model_dump(mode="json")
     assert report["admission"] is None

@@ -122,7 +122,7 @@ def test_async_k_pushes_the_weights_of_step_t_minus_k_once_each(stale_run):
 def test_a_short_synchronous_run_traces_every_key_and_stays_near_the_bf16_unit(student, teacher):
     rep = RecordingReporter()
     report = run_training(OPDConfig(model=student, teacher=teacher, steps=6, batch_size=32, eval_every=3,
-                                    eval_prompts=100, device="cpu", rollout=VLLM), rep)
+                                    eval_prompts=100, device="cpu", rollout=VLLM), rep).model_dump(mode="json")
     assert report["steps"] == 6
     keys = {k for s, k, v in rep.points if s == 6}
     for key in ("train/loss", "train/reverse_kl", "mismatch/k3", "mismatch/multiple", "is/weight_mean", "is/ess",
@@ -140,7 +140,8 @@ def test_a_short_synchronous_run_traces_every_key_and_stays_near_the_bf16_unit(s
 @pytest.mark.slow
 def test_opd_through_vllm_raises_held_out_accuracy(student, teacher):
     # Measured with LEARNING_RUN, start 37%, seeds 0 / 1 / 2: 90 / 90 / 90% (as the hf engine's 90%).
-    report = run_training(OPDConfig(model=student, teacher=teacher, rollout=VLLM, **LEARNING_RUN))
+    report = run_training(OPDConfig(model=student, teacher=teacher, rollout=VLLM,
+                                    **LEARNING_RUN)).model_dump(mode="json")
     assert report["final_accuracy"] > report["start_accuracy"] + LEARNING_MARGIN, report["evals"]
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from opdweb.budgets.models import MismatchBudget
 from tests.web.factories import JobFactory
+from tests.web.results import admission_result
 from workers.science.fingerprint import checkpoint_digest
 
 
@@ -49,5 +50,5 @@ def admission_job(team, checkpoint: str, rollout: dict, budget, verdict: str = "
     (the submitted id resolved) and in the result."""
     return JobFactory(team=team, kind="admission", state="succeeded",
                       config={"model": checkpoint, "rollout": rollout, "budget": budget.spec()},
-                      result={"verdict": verdict, "multiple": multiple, "multiple_ci": [multiple * 0.8, multiple * 1.2],
-                              "budget": budget.spec(), "checkpoint_hash": checkpoint_digest(checkpoint)})
+                      result=admission_result(verdict, multiple, budget=budget.spec(), rollout=rollout, model=checkpoint,
+                                              checkpoint_hash=checkpoint_digest(checkpoint)))

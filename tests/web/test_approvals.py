@@ -210,13 +210,13 @@ def test_roles_and_teams_bound_who_decides(world):
 
 def test_a_check_that_names_its_budget_by_id_is_evidence_too(world):
     from tests.web.factories import JobFactory
+    from tests.web.results import admission_result
     from workers.science.fingerprint import checkpoint_digest
 
     check = JobFactory(team=world.team, kind="admission", state="succeeded",
                        config={"model": world.checkpoint, "rollout": FP8, "budget": world.budget.pk},
-                       result={"verdict": "pass", "multiple": 2.0, "ci": [1.5, 2.5],
-                               "budget": {"id": world.budget.pk, "value": 50.0},
-                               "checkpoint_hash": checkpoint_digest(world.checkpoint)})
+                       result=admission_result("pass", 2.0, [1.5, 2.5], budget=world.budget.spec(),
+                                               checkpoint_hash=checkpoint_digest(world.checkpoint)))
     approval = world.request()
     assert world.decide(approval).status_code == 302
     approval.refresh_from_db()

@@ -15,6 +15,7 @@ from opdweb.jobs.runner import record_outcome
 from opdweb.refusals import Refused
 from opdweb.teams.models import Team
 from tests.web.conftest import wait_for
+from tests.web.results import calibration_result
 from tests.web.test_science_jobs import toy_student  # noqa: F401 - the session fixture
 
 pytestmark = pytest.mark.slow
@@ -94,10 +95,7 @@ def test_a_calibration_shares_its_children_among_workers_survives_a_kill_and_fee
 def stored_calibration(team, user, student, budget=50.0):
     """A calibration job recorded as succeeded through the runner's path (no worker needed)."""
     job = Job.objects.create(team=team, created_by=user, kind="calibration", config={}, state=JobState.RUNNING)
-    result = {"checkpoint": student, "checkpoint_hash": "abc", "teacher": "", "task": "arithmetic:1",
-              "method": "opd:full", "metric": "k3", "unit_engine": "hf", "reference_value": 1e-4, "step": 0,
-              "tolerance": 1.4, "curve": [], "baseline": {"accuracies": [0.5]}, "budget": budget, "status": "reached",
-              "bracket": [budget, budget * 10], "rule": "r"}
+    result = calibration_result(student, budget)
     assert record_outcome(job, JobState.SUCCEEDED, {"result": result})
     return MismatchBudget.objects.get(calibration_job=job)
 

@@ -7,6 +7,7 @@ import re
 from playwright.sync_api import expect
 
 from opdweb.jobs.models import Job, JobState
+from tests.web.results import admission_result
 from tests.web.test_budget_jobs import stored_calibration
 from tests.web.test_pages_browser import log_in, page  # noqa: F401 - the browser fixture
 
@@ -27,9 +28,8 @@ def a_budget_with_a_check(team, user, student="/models/student"):
     check = Job.objects.create(
         team=team, created_by=user, kind="admission", name="fp8 w+kv", state=JobState.SUCCEEDED,
         config={"model": student, "budget": budget.spec(), "prompts": 64},
-        result={"verdict": "inconclusive", "reason": "the 95% CI [6, 12] contains the budget 9.1x", "margin": 1.01,
-                "multiple": 9.0, "multiple_ci": [6.0, 12.0], "prompts_to_decide": 5000, "kv_capacity_gain": 2.0,
-                "budget": budget.spec(), "metric": "k3", "prompts": 64})
+        result=admission_result("inconclusive", 9.0, [6.0, 12.0], budget=budget.spec(), margin=1.01,
+                                reason="the 95% CI [6, 12] contains the budget 9.1x", prompts_to_decide=5000))
     return budget, check
 
 

@@ -12,6 +12,7 @@ from opdweb.rollouts.models import RolloutConfigRecord
 from opdweb.rollouts.presets import PRESETS
 from opdweb.teams.models import AuditEntry, Role
 from tests.web.factories import JobFactory, MembershipFactory, TeamFactory
+from tests.web.results import admission_result
 
 pytestmark = pytest.mark.django_db
 
@@ -22,6 +23,12 @@ DEFAULTS = {
     "noise_sigma": 0.0, "noise_seed": 0, "staleness": 0,
     "sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "ignore_eos": False}, "seed": 0,
 }
+
+
+# The budget an admission check was measured against (budget #1: the config names it by id).
+BUDGET_SPEC = {"id": 1, "checkpoint": "/m", "checkpoint_hash": None, "task": "arithmetic:3", "method": "opd",
+               "metric": "k3", "unit_engine": "hf", "reference_value": None, "budget": 50.0, "status": "reached",
+               "step": 0, "tolerance": 1.4}
 
 
 def sha256_of(config: dict) -> str:
@@ -211,7 +218,7 @@ def test_a_config_page_lists_exactly_the_jobs_that_ran_it(member_client):
     full = JobFactory(team=team, kind="mismatch", config={"model": "/m", "rollout": dict(DEFAULTS, weights="fp8_e4m3")})
     partial = JobFactory(team=team, kind="admission", state="succeeded",
                          config={"model": "/m", "rollout": {"weights": "fp8_e4m3", "sampling": {"temperature": 1.0}}, "budget": 1},
-                         result={"verdict": "pass", "multiple": 3.0})
+                         result=admission_result("pass", 3.0, budget=BUDGET_SPEC))
     JobFactory(team=team, kind="mismatch", config={"model": "/m", "rollout": {"weights": "fp8_e4m3", "seed": 1}})
     JobFactory(team=team, kind="mismatch", config={"model": "/m", "rollout": {}})
     JobFactory(team=TeamFactory(), kind="mismatch", config={"model": "/m", "rollout": {"weights": "fp8_e4m3"}})
@@ -253,7 +260,7 @@ def test_configs_compare_field_by_field_with_their_latest_verdict_per_checkpoint
     def check(record, model, verdict, multiple):
         return JobFactory(team=team, kind="admission", state="succeeded",
                           config={"model": model, "rollout": record.config, "budget": 1},
-                          result={"verdict": verdict, "multiple": multiple, "multiple_ci": [multiple / 2, multiple * 2]})
+                          result=admission_result(verdict, multiple, [multiple / 2, multiple * 2], budget=BUDGET_SPEC))
     check(fp8, "/m/a", "fail", 80.0)
     newest = check(fp8, "/m/a", "pass", 16.0)  # the newest check on /m/a is the one shown
     check(bf16, "/m/b", "pass", 1.0)

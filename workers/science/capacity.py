@@ -6,14 +6,17 @@ The capacity ratio against BF16 is bf16 bytes/token over the config's: FP8 every
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 KV_BYTES = {"none": 2.0, "bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
 
 
-def kv_geometry(model_config) -> tuple[int, int, int]:
+def kv_geometry(model_config: Any) -> tuple[int, int, int]:
     """(layers, kv_heads, head_dim) of a HF config object or dict."""
-    get = model_config.get if isinstance(model_config, dict) else lambda k, d=None: getattr(model_config, k, d)
+
+    def get(key: str) -> Any:
+        return model_config.get(key) if isinstance(model_config, dict) else getattr(model_config, key, None)
+
     layers = int(get("num_hidden_layers"))
     heads = int(get("num_attention_heads"))
     kv_heads = int(get("num_key_value_heads") or heads)

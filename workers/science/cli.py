@@ -15,17 +15,26 @@ import json
 import os
 import sys
 from types import UnionType
-from typing import Literal, Sequence, Union, get_args, get_origin
+from typing import Any, Literal, Sequence, Union, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import AliasChoices, BaseModel
+from pydantic.fields import FieldInfo
 
-from .config import (ConfigError, RolloutConfig, ValidationError, describe_validation_error, load_mapping_file,
-                     validation_problems)
+from .config import (
+    DTYPE_ALIASES,
+    ConfigError,
+    RolloutConfig,
+    ValidationError,
+    describe_validation_error,
+    load_mapping_file,
+    validation_problems,
+)
 from .entrypoints import KINDS, JobKind
+from .kinds import Kind
 from .reporting import Cancelled, ConsoleReporter
 
 #: Kinds whose rollout config may be left out (it is the BF16 engine they start from).
-ROLLOUT_OPTIONAL = frozenset({"calibration"})
+ROLLOUT_OPTIONAL = frozenset({Kind.CALIBRATION})
 EXIT_BAD_INPUT = 2
 EXIT_CANCELLED = 130
 #: CPU threads when ``--threads`` is not given: under load one thread per process runs fastest.
@@ -38,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build-toy-models", help="train the tiny teacher and student (cached)")
     b.add_argument("--size", choices=["test", "demo", "long"], required=True,
-                   help="test: seconds, 1-digit addition; demo: minutes, 3-digit +/*; long: minutes, 4-digit addition with a worked solution")
+                   help="test: seconds, 1-digit addition; demo: minutes, 3-digit +/*; "
+                        "long: minutes, 4-digit addition with a worked solution")
     b.add_argument("--out", required=True, help="directory; gets teacher/ and student/")
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
     b.add_argument("--threads", type=int, default=1)
@@ -66,9 +76,10 @@ def _add_kind(sub, kind: JobKind) -> None:
         elif get_origin(annotation) is list:
             j.add_argument(_flag(name), dest=name, help=_help(f"{info.description or name} (comma separated)"))
         elif get_origin(annotation) is Literal:
-            j.add_argument(_flag(name), dest=name, choices=[str(c) for c in get_args(annotation)], help=_help(info.description))
+            j.add_argument(*_flags(name, info), dest=name, choices=_choices(annotation), help=_help(info.description))
         elif annotation is bool:
-            j.add_argument(_flag(name), dest=name, action="store_const", const=True, default=None, help=_help(info.description))
+            j.add_argument(_flag(name), dest=name, action="store_const", const=True, default=None,
+                           help=_help(info.description))
         elif annotation in (int, float, str, bool):
             j.add_argument(_flag(name), dest=name, required=info.is_required(), help=_help(info.description))
     for option in kind.cli_options:
@@ -83,6 +94,21 @@ def _help(text: str | None) -> str | None:
 
 def _flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
+
+
+def _choices(literal: Any) -> list[str]:
+    """A Literal field's values, and the dtype aliases the schema folds into them."""
+    values = [str(c) for c in get_args(literal)]
+    return values + [alias for alias, name in DTYPE_ALIASES.items() if name in values]
+
+
+def _flags(field_name: str, info: FieldInfo) -> list[str]:
+    """The field's flag, then those of its former spellings (``--unit`` for ``--granularity``)."""
+    alias = info.validation_alias
+    if not isinstance(alias, AliasChoices):
+        return [_flag(field_name)]
+    former = [a for a in alias.choices if isinstance(a, str) and a != field_name]
+    return [_flag(field_name)] + [_flag(a) for a in former]
 
 
 def _file_model(annotation) -> type[BaseModel] | None:
@@ -202,13 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cancelled: {exc}", file=sys.stderr)
         return EXIT_CANCELLED
     if args.json or kind.formatter is None:
-        print(json.dumps(report, allow_nan=False, default=_json_default))
+        print(json.dumps(report.model_dump(mode="json"), allow_nan=False, default=_json_default))
     else:
         print(kind.formatter(report))
     return 0
 
 
-def _json_default(x):
+def _json_default(x: Any) -> Any:
     if hasattr(x, "item"):
         return x.item()
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")

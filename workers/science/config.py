@@ -9,24 +9,55 @@ from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Union
+from typing import Annotated, Any, Callable, Literal, Union, get_args
 
 import re2
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 Engine = Literal["hf", "vllm"]
 #: The BF16 engine a multiple is measured in: ``auto`` is vLLM where it is installed and can
 #: run the model and config (the paper's "standard BF16 engine"), else hf.
 UnitEngine = Literal["auto", "hf", "vllm"]
-ComputeDtype = Literal["fp32", "bf16", "fp16"]
-WeightFormat = Literal["bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"]
+#: The schema's compute dtype names, with their spelling in torch and vLLM (``torch.bfloat16``,
+#: ``LLM(dtype="bfloat16")``): the one dtype map the engines read.
+DTYPE_LIBRARY_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: The other names people write for them (torch's and vLLM's spellings, ``half``, ``float``);
+#: a config validated here takes them, so the command line and the web accept the same.
+DTYPE_ALIASES = {**{lib: name for name, lib in DTYPE_LIBRARY_NAMES.items()}, "half": "fp16", "float": "fp32"}
+
+
+def fold_dtype_alias(value: Any) -> Any:
+    """The schema's spelling of an aliased dtype name (``bfloat16`` -> ``bf16``, any case,
+    surrounding spaces ignored); anything else unchanged, for the schema to judge."""
+    if isinstance(value, str) and value.strip().lower() in DTYPE_ALIASES:
+        return DTYPE_ALIASES[value.strip().lower()]
+    return value
+
+
+ComputeDtype = Annotated[Literal["fp32", "bf16", "fp16"], BeforeValidator(fold_dtype_alias)]
+WeightFormat = Annotated[Literal["bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"], BeforeValidator(fold_dtype_alias)]
 ScaleGranularity = Literal["tensor", "channel", "block"]
 KvCacheFormat = Literal["none", "fp8_e4m3", "fp8_e5m2"]
 KvScaleGranularity = Literal["tensor", "head"]
 ActivationFormat = Literal["none", "fp8_e4m3"]
 Fp8Matmul = Literal["auto", "emulate", "scaled_mm"]
+#: The metrics a multiple can be taken on (the primary metric of a measurement).
 MetricName = Literal["k1", "k2", "k3", "kl_full", "tv_full", "chi2_token", "mult_error"]
+#: Every token-mean metric :mod:`.metrics` computes: those, and ``prob_diff`` (reported, not
+#: a primary metric).  Declared here, beside the schema, so the web and the science share it.
+TOKEN_METRICS: tuple[str, ...] = (*get_args(MetricName), "prob_diff")
+#: What one part of a sensitivity scan is: a decoder layer, or one module (a linear or a KV cache).
+ScanGranularity = Literal["layer", "module"]
 
 #: Hard limits so that a huge request is refused at validation, not discovered on a GPU.
 MAX_PATTERN_CHARS = 200
@@ -130,7 +161,7 @@ class RolloutConfig(_Strict):
             and self.activations == "none"
         )
 
-    def bf16_reference(self, engine: Engine | None = None) -> "RolloutConfig":
+    def bf16_reference(self, engine: str | None = None) -> "RolloutConfig":
         """The standard BF16 engine with the same sampling and seed: the unit of the multiple."""
         return RolloutConfig(engine=engine or self.engine, dtype="bf16", sampling=self.sampling, seed=self.seed)
 
@@ -145,21 +176,26 @@ class RolloutConfig(_Strict):
 
 class _JobConfig(_Strict):
     model: str = Field(..., min_length=1, max_length=1000, json_schema_extra={"sandbox": "model"},
-                       description="Checkpoint directory under the model roots (or a hub id where the installation allows).")
+                       description="Checkpoint directory under the model roots (or a hub id where the "
+                                   "installation allows).")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    task: str = Field("auto", max_length=1000, json_schema_extra={"sandbox": "data", "builtin": ["auto", "arithmetic:*"]},
-                      description="'auto' (the task the model dir names, else arithmetic:3), 'arithmetic:LEVEL', or a GSM8K/MATH JSONL file under the data roots.")
+    task: str = Field("auto", max_length=1000,
+                      json_schema_extra={"sandbox": "data", "builtin": ["auto", "arithmetic:*"]},
+                      description="'auto' (the task the model dir names, else arithmetic:3), 'arithmetic:LEVEL', "
+                                  "or a GSM8K/MATH JSONL file under the data roots.")
     prompts: int = Field(256, ge=1, le=MAX_PROMPTS)
     max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, description="Overrides rollout.sampling.")
     seed: int | None = Field(None, ge=0, le=MAX_SEED,
-                             description="Sampling and prompt seed; overrides the rollout config's seed (the report says so). Default: the rollout config's.")
+                             description="Sampling and prompt seed; overrides the rollout config's seed (the "
+                                         "report says so). Default: the rollout config's.")
     batch_size: int = Field(64, ge=1, le=4096)
     trainer_dtype: ComputeDtype = "fp32"
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     threads: int | None = Field(None, ge=1, le=512)
     cache_dir: str | None = Field(
         None, json_schema_extra={"sandbox": "product"},
-        description="Directory for cached BF16 reference measurements and FP8 KV calibrations (they repeat for every config); the product sets it for jobs.",
+        description="Directory for cached BF16 reference measurements and FP8 KV calibrations (they repeat for "
+                    "every config); the product sets it for jobs.",
     )
 
     @property
@@ -186,7 +222,8 @@ class _JobConfig(_Strict):
 class _MeasureConfig(_JobConfig):
     metric: MetricName = "k3"
     reference_engine: UnitEngine | None = Field(
-        "auto", description="The BF16 engine that is the unit of the multiple: auto (vllm where it can run, else hf), hf or vllm.")
+        "auto", description="The BF16 engine that is the unit of the multiple: auto (vllm where it can run, else "
+                            "hf), hf or vllm.")
     bootstrap: int = Field(1000, ge=0, le=100_000)
     position_buckets: list[int] = Field(default_factory=lambda: [0, 8, 16, 32, 64, 128, 256, 512, 1024], max_length=64)
 
@@ -195,17 +232,23 @@ class MismatchJobConfig(_MeasureConfig):
     """Admission measurement: the config's multiple of the BF16 engine's mismatch."""
 
     target_ci: float = Field(0.25, ge=0.0, le=10.0,
-                             description="Sample in rounds until the 95% CI half-width is at most this fraction of the multiple (0: one round of `prompts`).")
+                             description="Sample in rounds until the 95% CI half-width is at most this fraction "
+                                         "of the multiple (0: one round of `prompts`).")
     max_tokens: int = Field(200_000, ge=1, le=50_000_000,
-                            description="Token budget: stop sampling rounds once the config's responses hold this many tokens.")
-    compare_units: bool = Field(False, description="Also report the multiple against the other BF16 engine and the factor between the two units.")
+                            description="Token budget: stop sampling rounds once the config's responses hold "
+                                        "this many tokens.")
+    compare_units: bool = Field(False, description="Also report the multiple against the other BF16 engine and the "
+                                                   "factor between the two units.")
 
 
 class SensitivityJobConfig(_MeasureConfig):
     """Per-layer sensitivity of the config, and the recipe search under ``target``."""
 
     target: float | None = Field(None, gt=0.0, le=1e9, description="Target multiple for the recipe search.")
-    unit: Literal["layer", "module"] = "layer"
+    granularity: ScanGranularity = Field(
+        "layer", validation_alias=AliasChoices("granularity", "unit"),
+        description="What one scanned part is: a decoder layer, or a module (each linear and each layer's KV "
+                    "cache). Formerly spelled `unit`, which still works.")
     prompts: int = Field(128, ge=1, le=MAX_PROMPTS)
 
 
@@ -224,7 +267,8 @@ def _read(path: str | Path) -> str:
     try:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8 YAML") from None
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}); "
+                          "save it as UTF-8 YAML") from None
     except OSError as exc:
         raise ConfigError(f"config file {str(p)!r} cannot be read: {exc.strerror}") from None
 

@@ -8,13 +8,19 @@ corrections cannot repair that part of the mismatch.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .config import DriftJobConfig
 from .reporting import Reporter
+from .results import DriftReport
+
+if TYPE_CHECKING:
+    from .metrics import TokenRecords
 
 
-def _stack(rollouts) -> tuple[np.ndarray, np.ndarray]:
+def _stack(rollouts: list) -> tuple[np.ndarray, np.ndarray]:
     length = max(r.tokens.shape[1] for r in rollouts)
     toks, masks = [], []
     for r in rollouts:
@@ -44,14 +50,14 @@ def drift_statistics(first_div: np.ndarray, lengths_a: np.ndarray, probe_lengths
             "mean": float(pos.mean()) if pos.size else None,
             "median": float(np.median(pos)) if pos.size else None,
             "p95": float(np.percentile(pos, 95)) if pos.size else None,
-            "histogram": {str(int(k)): int(v) for k, v in zip(*np.unique(pos, return_counts=True))},
+            "histogram": {str(int(k)): int(v) for k, v in zip(*np.unique(pos, return_counts=True), strict=True)},
         },
         "identical_prefix_fraction": {str(L): float(((~diverged) | (first_div >= L)).mean()) for L in probe_lengths},
         "identical_prefix_curve": curve,
     }
 
 
-def mismatch_after_divergence(records, first_div: np.ndarray, metric: str) -> dict:
+def mismatch_after_divergence(records: TokenRecords, first_div: np.ndarray, metric: str) -> dict:
     """Share of the summed per-token metric that lies at or after the first divergence."""
     from .metrics import token_terms
 
@@ -69,10 +75,11 @@ def mismatch_after_divergence(records, first_div: np.ndarray, metric: str) -> di
     }
 
 
-def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
+def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> DriftReport:
     """Prefix drift of ``cfg.rollout`` against the BF16 reference engine."""
+    from .measurement import MeasurementSession
     from .metrics import first_divergence, json_safe
-    from .mismatch import MeasurementSession, compare
+    from .multiple import compare
 
     session = MeasurementSession.open(cfg, reporter)
     reporter, rollout = session.reporter, session.rollout
@@ -92,7 +99,7 @@ def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
         point["drift/share_after"] = after["share_after"]
     reporter.log(0, point)
     reporter.progress(1.0, "done")
-    return json_safe({
+    return DriftReport.model_validate(json_safe({
         "model": cfg.model,
         "task": session.task,
         "prompts": len(session.prompt_ids),
@@ -101,15 +108,12 @@ def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> dict:
         **stats,
         "mismatch_after_divergence": after,
         "metric": "k3",
-        "value": body["value"],
-        "reference_value": body["reference_value"],
-        "multiple": body["multiple"],
-        "multiple_ci": body["multiple_ci"],
-        "unit": {"engine": ref_cfg.engine, "dtype": "bf16", "why": "drift compares decodes of one engine under common random numbers"},
+        **body.model_dump(mode="json", include={"value", "reference_value", "multiple", "multiple_ci", "tokens"}),
+        "unit": {"engine": ref_cfg.engine, "dtype": "bf16",
+                 "why": "drift compares decodes of one engine under common random numbers"},
         "bootstrap": cfg.bootstrap,
         "warnings": session.warnings,
-        "tokens": body["tokens"],
         "accuracy": m.accuracy,
         "reference_accuracy": ref.accuracy,
         "timing": {"total_s": session.elapsed()},
-    })
+    }))

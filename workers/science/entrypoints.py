@@ -4,8 +4,11 @@ A kind is declared once, here: its name, config schema, entry point, queue, time
 whether a lost run may resume, an example config and the formatter of its report.
 Adding a kind means adding one :func:`register` call.
 
-Every entry point is ``function(config, reporter, **options) -> dict`` (JSON-serialisable);
-it raises :class:`~workers.science.config.ConfigError` for configs that cannot run and
+Every entry point is ``function(config, reporter, **options) -> Result``, the kind's typed
+result (:mod:`.results` and the budget and training packages' ``results``);
+:meth:`JobKind.run` returns it validated, so a malformed result fails the job that made it
+(:class:`MalformedResult`).  An entry point raises
+:class:`~workers.science.config.ConfigError` for configs that cannot run and
 :class:`~workers.science.reporting.Cancelled` when the reporter asks to stop.  Entry points
 are named as ``"module:function"`` and imported only when a job runs, so importing this
 module imports no torch.
@@ -13,19 +16,32 @@ module imports no torch.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from .budget.config import AdmissionJobConfig, CalibrationJobConfig, NoiseSolveJobConfig
+from .budget.results import AdmissionVerdict, CalibrationResult, NoiseSolveResult
+from .children import LocalChildRunner
 from .config import DriftJobConfig, MismatchJobConfig, SensitivityJobConfig
-from .formatting import (format_admission, format_calibration, format_drift, format_mismatch, format_noise_solve,
-                         format_sensitivity, format_time_to_quality, format_training)
-from .reporting import Reporter
+from .formatting import (
+    format_admission,
+    format_calibration,
+    format_drift,
+    format_mismatch,
+    format_noise_solve,
+    format_sensitivity,
+    format_time_to_quality,
+    format_training,
+)
+from .kinds import Kind
+from .reporting import NullReporter, Reporter
+from .results import DriftReport, MismatchReport, SelftestResult, SensitivityReport
 from .selftest import SelftestConfig
 from .training.config import TimeToQualityConfig, TrainJobConfig
+from .training.results import TimeToQualityResult, TrainingResult
 
 
 @dataclass(frozen=True)
@@ -38,17 +54,22 @@ class CliOption:
     help: str
 
 
+class MalformedResult(RuntimeError):
+    """An entry point returned something that is not its kind's result."""
+
+
 @dataclass(frozen=True)
 class JobKind:
-    name: str
+    name: str  # a :class:`~.kinds.Kind` for the product's own kinds
     config: type[BaseModel]
+    result: type[BaseModel]  # what the entry point returns, and what the product stores and reads back
     entry: str  # "module:function", imported when the job runs
     queue: Literal["gpu", "cpu"]
     time_limit_s: int
     example: Callable[[str], dict]  # a starting config, given the toy student's directory
     resumable: bool = False
     max_attempts: int = 1
-    formatter: Callable[[dict], str] | None = None  # the CLI's human-readable report
+    formatter: Callable[[Any], str] | None = None  # the CLI's human-readable report of a result
     cli_options: tuple[CliOption, ...] = field(default_factory=tuple)
     cli_name: str | None = None  # the subcommand, where a verb reads better than the kind's name
 
@@ -62,9 +83,28 @@ class JobKind:
         lines = (self.config.__doc__ or "").strip().splitlines()
         return lines[0] if lines else ""
 
-    def run(self, config: BaseModel, reporter: Reporter, **options: Any) -> dict:
+    def run(self, config: BaseModel, reporter: Reporter | None = None, **options: Any) -> BaseModel:
+        """Run the entry point; its result, validated.  A reporter that cannot run child
+        jobs itself (the command line's) gets them run here, one after the other."""
+        reporter = reporter or NullReporter()
+        if getattr(reporter, "run_children", None) is None:
+            reporter = LocalChildRunner(reporter, get_kind)
         module, _, function = self.entry.partition(":")
-        return getattr(importlib.import_module(module), function)(config, reporter, **options)
+        return self.validated(getattr(importlib.import_module(module), function)(config, reporter, **options))
+
+    def validated(self, result: Any) -> BaseModel:
+        """``result`` as this kind's result model (a dict, such as a stored one, is validated);
+        raises :class:`MalformedResult` saying what is wrong."""
+        if isinstance(result, self.result):
+            return result
+        if isinstance(result, BaseModel):
+            result = result.model_dump(mode="json")
+        try:
+            return self.result.model_validate(result)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'result'}: {e['msg']}"
+                                 for e in exc.errors(include_url=False)[:10])
+            raise MalformedResult(f"the {self.name} job's result is not a {self.result.__name__}: {problems}") from None
 
 
 class UnknownJobKind(ValueError):
@@ -80,6 +120,7 @@ def register(kind: JobKind) -> JobKind:
 
 
 def get_kind(name: str) -> JobKind:
+    """The kind named ``name``; raises :class:`UnknownJobKind`."""
     try:
         return KINDS[name]
     except KeyError:
@@ -89,8 +130,9 @@ def get_kind(name: str) -> JobKind:
 _FP8_W_KV = {"weights": "fp8_e4m3", "weight_scale": "channel", "kv_cache": "fp8_e4m3"}
 
 register(JobKind(
-    name="selftest",
+    name=Kind.SELFTEST,
     config=SelftestConfig,
+    result=SelftestResult,
     entry="workers.science.selftest:run_selftest",
     queue="cpu",
     time_limit_s=3600,
@@ -99,8 +141,9 @@ register(JobKind(
     example=lambda student: {"steps": 200, "sleep_s": 0.05},
 ))
 register(JobKind(
-    name="mismatch",
+    name=Kind.MISMATCH,
     config=MismatchJobConfig,
+    result=MismatchReport,
     entry="workers.science.mismatch:run_mismatch",
     queue="gpu",
     time_limit_s=2 * 3600,
@@ -111,8 +154,9 @@ register(JobKind(
                            "write one JSON line per response (token ids, both logprob lists)"),),
 ))
 register(JobKind(
-    name="sensitivity",
+    name=Kind.SENSITIVITY,
     config=SensitivityJobConfig,
+    result=SensitivityReport,
     entry="workers.science.sensitivity:run_sensitivity",
     queue="gpu",
     time_limit_s=8 * 3600,
@@ -121,8 +165,9 @@ register(JobKind(
     formatter=format_sensitivity,
 ))
 register(JobKind(
-    name="drift",
+    name=Kind.DRIFT,
     config=DriftJobConfig,
+    result=DriftReport,
     entry="workers.science.drift:run_drift",
     queue="gpu",
     time_limit_s=2 * 3600,
@@ -131,8 +176,9 @@ register(JobKind(
     formatter=format_drift,
 ))
 register(JobKind(
-    name="train",
+    name=Kind.TRAIN,
     config=TrainJobConfig,
+    result=TrainingResult,
     entry="workers.science.training.job:run_training",
     queue="gpu",
     time_limit_s=8 * 3600,
@@ -144,8 +190,9 @@ register(JobKind(
     formatter=format_training,
 ))
 register(JobKind(
-    name="time-to-quality",
+    name=Kind.TIME_TO_QUALITY,
     config=TimeToQualityConfig,
+    result=TimeToQualityResult,
     entry="workers.science.training.time_to_quality:run_time_to_quality",
     queue="gpu",
     time_limit_s=24 * 3600,
@@ -154,8 +201,9 @@ register(JobKind(
     formatter=format_time_to_quality,
 ))
 register(JobKind(
-    name="noise-solve",
+    name=Kind.NOISE_SOLVE,
     config=NoiseSolveJobConfig,
+    result=NoiseSolveResult,
     entry="workers.science.budget.noise:run_noise_solve",
     queue="gpu",
     time_limit_s=2 * 3600,
@@ -165,8 +213,9 @@ register(JobKind(
     formatter=format_noise_solve,
 ))
 register(JobKind(
-    name="calibration",
+    name=Kind.CALIBRATION,
     config=CalibrationJobConfig,
+    result=CalibrationResult,
     entry="workers.science.budget.calibration:run_calibration",
     queue="cpu",  # it only waits for its children (gpu queue) and does the arithmetic
     time_limit_s=48 * 3600,
@@ -179,8 +228,9 @@ register(JobKind(
     cli_name="calibrate",
 ))
 register(JobKind(
-    name="admission",
+    name=Kind.ADMISSION,
     config=AdmissionJobConfig,
+    result=AdmissionVerdict,
     entry="workers.science.budget.admission:run_admission",
     queue="gpu",
     time_limit_s=2 * 3600,
@@ -189,4 +239,4 @@ register(JobKind(
     cli_name="admit",
 ))
 
-__all__ = ["KINDS", "CliOption", "JobKind", "UnknownJobKind", "get_kind", "register"]
+__all__ = ["KINDS", "CliOption", "JobKind", "MalformedResult", "UnknownJobKind", "get_kind", "register"]

@@ -1,4 +1,5 @@
-"""Every mismatch metric (REFERENCE §3), computed here and nowhere else.
+"""Every mismatch metric (REFERENCE §3), computed here (the training loss's k3 trace calls
+:func:`k3_terms`; metric names are declared in :mod:`.config`).
 
 Per sampled response token t, with the rollout engine's and the trainer's logprobs of the
 token the rollout engine sampled:
@@ -30,8 +31,6 @@ from typing import Sequence
 
 import numpy as np
 
-#: Token-mean metrics: the ones that can be the primary metric of a multiple.
-TOKEN_METRICS = ("k1", "k2", "k3", "kl_full", "tv_full", "prob_diff", "chi2_token", "mult_error")
 _EXP_CLIP = 700.0
 
 
@@ -64,7 +63,7 @@ class TokenRecords:
     @classmethod
     def concat(cls, parts: Sequence["TokenRecords"]) -> "TokenRecords":
         if not parts:
-            return cls(*(np.zeros(0) for _ in range(2)), np.zeros(0, np.int64), np.zeros(0, np.int64))
+            return cls(np.zeros(0), np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
         full = all(p.kl_full is not None for p in parts)
         return cls(
             np.concatenate([p.lp_roll for p in parts]),
@@ -111,6 +110,17 @@ def full_vocab_terms(full_roll, full_train) -> tuple[np.ndarray, np.ndarray]:
     return torch.cat(kls).reshape(shape).numpy(), torch.cat(tvs).reshape(shape).numpy()
 
 
+def k3_terms(lp_roll: np.ndarray, lp_train: np.ndarray) -> np.ndarray:
+    """Per-token k3, the one formula: ``r - 1 - log r`` with ``r = p_train / p_roll`` (so
+    ``log r = -d``, ``d = lp_roll - lp_train``); exactly 0 at d = 0, never negative (rounding
+    is clamped), ``r`` clipped so an extreme token cannot overflow.  The trainer's k3 trace
+    (:func:`~.training.losses.k3`) calls this on its tensors' values: a metric computed
+    twice would drift apart."""
+    d = np.asarray(lp_roll, dtype=np.float64) - np.asarray(lp_train, dtype=np.float64)
+    r = np.exp(np.clip(-d, -_EXP_CLIP, _EXP_CLIP))
+    return np.maximum(r - 1.0 + d, 0.0)
+
+
 def token_terms(rec: TokenRecords) -> dict[str, np.ndarray]:
     """The per-token value of every token-mean metric (the mean over tokens is the metric)."""
     d = rec.lp_roll - rec.lp_train
@@ -118,8 +128,7 @@ def token_terms(rec: TokenRecords) -> dict[str, np.ndarray]:
     terms = {
         "k1": d,
         "k2": d * d / 2.0,
-        # r - 1 - log r with log r = -d; exactly 0 at d = 0
-        "k3": np.maximum(r - 1.0 + d, 0.0),
+        "k3": k3_terms(rec.lp_roll, rec.lp_train),
         "prob_diff": np.abs(np.exp(rec.lp_roll) - np.exp(rec.lp_train)),
         "chi2_token": r * r - 1.0,
         "mult_error": np.exp(np.clip(np.abs(d), 0, _EXP_CLIP)),

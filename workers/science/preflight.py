@@ -93,8 +93,9 @@ def vllm_importable() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "vLLM is not installed"
     try:
-        from . import engines  # noqa: F401 - hides a broken torchvision before vllm imports it
         import vllm  # noqa: F401
+
+        from . import engines  # noqa: F401 - hides a broken torchvision before vllm imports it
     except Exception as exc:  # noqa: BLE001
         return f"vLLM cannot be imported ({type(exc).__name__}: {exc})"
     return None
@@ -130,7 +131,8 @@ def meta_model(model: str):
     """The checkpoint's architecture on the ``meta`` device: names and shapes, no weights
     (remembered per ``config.json`` within the process)."""
     cfg_file = Path(model) / "config.json"
-    key = (str(cfg_file.resolve()), cfg_file.stat().st_mtime_ns, cfg_file.stat().st_ctime_ns) if cfg_file.is_file() else (model,)
+    key = ((str(cfg_file.resolve()), cfg_file.stat().st_mtime_ns, cfg_file.stat().st_ctime_ns) if cfg_file.is_file()
+           else (model,))
     if key not in _META:
         _META.clear()  # one architecture at a time is what a worker needs
         _META[key] = _build_meta_model(model)
@@ -182,7 +184,8 @@ def preflight(job: _JobConfig) -> Preflight:
     try:
         model = meta_model(job.model)
     except Exception as exc:  # noqa: BLE001 - any failure to read the architecture is the checkpoint's
-        raise PreflightError([f"model: cannot read the architecture of {job.model!r}: {type(exc).__name__}: {exc}"]) from None
+        raise PreflightError([f"model: cannot read the architecture of {job.model!r}: "
+                              f"{type(exc).__name__}: {exc}"]) from None
     from .engines.hf.targets import check_weight_blocks, resolve_targets
 
     try:

@@ -57,7 +57,7 @@ class PromptSet:
         """Exact match of the extracted answer against the reference, per response."""
         if len(responses) != len(self.problems):
             raise ValueError(f"{len(responses)} responses for {len(self.problems)} problems")
-        return [self.extract(r) == normalize_number(p.answer) for r, p in zip(responses, self.problems)]
+        return [self.extract(r) == normalize_number(p.answer) for r, p in zip(responses, self.problems, strict=False)]
 
     def accuracy(self, responses: Sequence[str]) -> float:
         graded = self.grade(responses)
@@ -149,7 +149,8 @@ def arithmetic_problem(rng: random.Random, level: int) -> tuple[int, str, int]:
 
 def arithmetic_prompt_set(n: int, *, level: int = 3, seed: int = 0, split: str = "test") -> PromptSet:
     """``n`` seeded problems of a difficulty ``level``; ``split`` 'train' or 'test' (held out)."""
-    extract = extract_worked if level in ARITHMETIC_LEVELS and ARITHMETIC_LEVELS[level][0] == "worked+" else extract_arithmetic
+    worked = level in ARITHMETIC_LEVELS and ARITHMETIC_LEVELS[level][0] == "worked+"
+    extract = extract_worked if worked else extract_arithmetic
     return PromptSet(f"arithmetic-L{level}-{split}", list(_arithmetic_problems(n, level, seed, split)), extract)
 
 

@@ -9,7 +9,7 @@ with a progress bar; tests use :class:`RecordingReporter`.
 from __future__ import annotations
 
 import sys
-from typing import Mapping, Protocol
+from typing import Any, Mapping, Protocol
 
 
 class Cancelled(Exception):
@@ -80,7 +80,7 @@ class ConsoleReporter(NullReporter):
 
     def __init__(self, enabled: bool | None = None) -> None:
         self._enabled = sys.stderr.isatty() if enabled is None else enabled
-        self._bar = None
+        self._bar: Any = None
 
     def progress(self, frac: float, message: str = "") -> None:
         if not self._enabled:
@@ -89,9 +89,10 @@ class ConsoleReporter(NullReporter):
             from tqdm import tqdm
 
             self._bar = tqdm(total=1000, file=sys.stderr, leave=False)
-        self._bar.n = int(max(0.0, min(1.0, frac)) * 1000)
-        self._bar.set_description(message, refresh=False)
-        self._bar.refresh()
+        bar = self._bar
+        bar.n = int(max(0.0, min(1.0, frac)) * 1000)
+        bar.set_description(message, refresh=False)
+        bar.refresh()
         if frac >= 1.0:
             self.close()
 

@@ -12,6 +12,7 @@ import time
 from pydantic import BaseModel, ConfigDict, Field
 
 from .reporting import Cancelled, Reporter
+from .results import SelftestResult
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def selftest_value(key: str, step: int) -> float:
 SELFTEST_KEYS = ("selftest/linear", "selftest/square")
 
 
-def run_selftest(config: SelftestConfig, reporter: Reporter) -> dict:
+def run_selftest(config: SelftestConfig, reporter: Reporter) -> SelftestResult:
     for step in range(config.steps):
         if reporter.should_stop():
             raise Cancelled(f"stopped at step {step}")
@@ -47,4 +48,5 @@ def run_selftest(config: SelftestConfig, reporter: Reporter) -> dict:
         reporter.progress((step + 1) / config.steps, f"step {step + 1}/{config.steps}")
         if config.sleep_s:
             time.sleep(config.sleep_s)
-    return {"steps": config.steps, "last": {key: selftest_value(key, config.steps - 1) for key in SELFTEST_KEYS}}
+    last = {key: selftest_value(key, config.steps - 1) for key in SELFTEST_KEYS}
+    return SelftestResult(steps=config.steps, last=last)

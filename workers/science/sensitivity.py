@@ -1,51 +1,55 @@
 """Per-layer sensitivity, recipe search, and KV-cache capacity.
 
-Sensitivity applies the config to one unit at a time (a decoder layer, or one linear
-module / one layer's KV cache) and keeps everything else in BF16; the unit's multiple says
-how much of the mismatch it causes.  The recipe search keeps the most sensitive units in
-BF16, in ranking order, and finds the shortest such prefix whose multiple is under the
+Sensitivity applies the config to one part of the model at a time (at the ``granularity``
+``layer``: a decoder layer; ``module``: one linear module or one layer's KV cache) and keeps
+everything else in BF16; the part's multiple says how much of the mismatch it causes.  (The
+BF16 *unit* is something else: the engine a multiple is measured in.)  The recipe search
+keeps the most sensitive parts in BF16, in ranking order, and finds the shortest such prefix whose multiple is under the
 target (binary search: the multiple falls as more units are kept).  Staleness is a
 whole-model property and is not localised.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-from .config import RolloutConfig, SensitivityJobConfig
+from .config import RolloutConfig, ScanGranularity, SensitivityJobConfig
+from .measurement import Measurement, MeasurementSession
 from .reporting import Reporter
+from .results import Comparison, SensitivityReport
 
 
 @dataclass(frozen=True)
-class Unit:
-    """One thing sensitivity perturbs alone: its label in the report and the ``keep_bf16``
-    entry that keeps it in BF16 (a layer index, or a module / KV-cache name)."""
+class ScannedPart:
+    """One part of the model sensitivity perturbs alone: its label in the report (a ranking
+    row's ``unit``) and the ``keep_bf16`` entry that keeps it in BF16 (a layer index, or a
+    module / KV-cache name)."""
 
     label: str
     keep_entry: int | str
 
 
-def sensitivity_units(session, unit: str) -> list[Unit]:
+def scanned_parts(session: MeasurementSession, granularity: ScanGranularity) -> list[ScannedPart]:
     """The decoder layers, or every decoder linear (plus each layer's KV cache when the
     config quantizes it)."""
     from .engines.hf.targets import decoder_layer_count, decoder_linears, kv_pseudo_name
 
     n_layers = decoder_layer_count(session.trainer.model)
-    if unit == "layer":
-        return [Unit(f"layer {i}", i) for i in range(n_layers)]
+    if granularity == "layer":
+        return [ScannedPart(f"layer {i}", i) for i in range(n_layers)]
     names = list(decoder_linears(session.trainer.model))
     if session.rollout.kv_cache != "none":
         names += [kv_pseudo_name(i) for i in range(n_layers)]
-    return [Unit(name, name) for name in names]
+    return [ScannedPart(name, name) for name in names]
 
 
-def keep_entries(units: list[Unit]) -> list:
-    return [u.keep_entry for u in units]
+def keep_entries(parts: list[ScannedPart]) -> list[int | str]:
+    return [p.keep_entry for p in parts]
 
 
-def with_kept(cfg: RolloutConfig, units: list[Unit]) -> RolloutConfig:
-    """``cfg`` with ``units`` added to its ``keep_bf16``."""
-    return cfg.model_copy(update={"keep_bf16": list(cfg.keep_bf16) + keep_entries(units)})
+def with_kept(cfg: RolloutConfig, parts: list[ScannedPart]) -> RolloutConfig:
+    """``cfg`` with ``parts`` added to its ``keep_bf16``."""
+    return cfg.model_copy(update={"keep_bf16": list(cfg.keep_bf16) + keep_entries(parts)})
 
 
 class Progress:
@@ -79,48 +83,47 @@ class SensitivityRun:
     every measurement of the job shares."""
 
     def __init__(self, cfg: SensitivityJobConfig, reporter: Reporter | None) -> None:
-        from .mismatch import MeasurementSession
-
         self.cfg = cfg
         self.session = MeasurementSession.open(cfg, reporter)
         self.reporter = self.session.reporter
         self.rollout = self.session.rollout
-        self.units = sensitivity_units(self.session, cfg.unit)
-        search_budget = max(1, len(self.units)).bit_length() + 1 if cfg.target is not None else 0
-        self.progress = Progress(2 + len(self.units) + search_budget)
+        self.parts = scanned_parts(self.session, cfg.granularity)
+        search_budget = max(1, len(self.parts)).bit_length() + 1 if cfg.target is not None else 0
+        self.progress = Progress(2 + len(self.parts) + search_budget)
         ref_cfg = self.session.reference_config(cfg.reference_engine)
         self.ref = self.session.reference(ref_cfg, self.progress.next_slice())
 
-    def measure(self, rollout: RolloutConfig, label: str):
+    def measure(self, rollout: RolloutConfig, label: str) -> Measurement:
         return self.session.measure(rollout, label, self.progress.next_slice())
 
-    def multiple(self, m) -> tuple[float | None, list[float] | None]:
+    def multiple(self, m: Measurement) -> tuple[float | None, list[float] | None]:
         """``m``'s multiple of the reference and its bootstrap CI."""
         from .metrics import finite_or_none, multiple_with_ci
 
         n = len(self.session.prompt_ids)
-        value, ci = multiple_with_ci(m.records, self.ref.records, self.cfg.metric, n, self.cfg.bootstrap, seed=self.cfg.seed_effective)
+        value, ci = multiple_with_ci(m.records, self.ref.records, self.cfg.metric, n, self.cfg.bootstrap,
+                                     seed=self.cfg.seed_effective)
         return finite_or_none(value), ci
 
-    def rank_units(self) -> tuple[list[dict], list[Unit]]:
-        """Each unit perturbed alone, measured; the report rows ranked by multiple
-        (largest first) and the units in that order."""
+    def rank_parts(self) -> tuple[list[dict], list[ScannedPart]]:
+        """Each part perturbed alone, measured; the report rows ranked by multiple
+        (largest first) and the parts in that order."""
         from .metrics import metric_values, summarize
 
-        rows = []
-        for i, unit in enumerate(self.units):
-            others = [u for u in self.units if u is not unit]
-            m = self.measure(with_kept(self.rollout, others), unit.label)
+        rows: list[dict[str, Any]] = []
+        for i, part in enumerate(self.parts):
+            others = [p for p in self.parts if p is not part]
+            m = self.measure(with_kept(self.rollout, others), part.label)
             value, ci = self.multiple(m)
-            rows.append({"unit": unit.label, "multiple": value, "multiple_ci": ci,
+            rows.append({"unit": part.label, "multiple": value, "multiple_ci": ci,
                          "value": metric_values(summarize(m.records)).get(self.cfg.metric)})
             if value is not None:
                 self.reporter.log(i, {"sensitivity/multiple": value})
-        order = sorted(range(len(self.units)), key=lambda i: -(rows[i]["multiple"] or 0.0))
+        order = sorted(range(len(self.parts)), key=lambda i: -(rows[i]["multiple"] or 0.0))
         ranked = [dict(rows[i], rank=r + 1) for r, i in enumerate(order)]
-        return ranked, [self.units[i] for i in order]
+        return ranked, [self.parts[i] for i in order]
 
-    def search_recipe(self, ranked_units: list[Unit], full_report: dict) -> dict:
+    def search_recipe(self, ranked_units: list[ScannedPart], full_report: Comparison) -> dict:
         """The shortest prefix of ``ranked_units`` kept in BF16 that brings the multiple
         under the target, with the trials that found it and the KV capacity it keeps.
 
@@ -130,13 +133,15 @@ class SensitivityRun:
         from .capacity import kv_capacity
 
         target = self.cfg.target
-        full_mult = full_report["multiple"]
-        full_capacity = kv_capacity(self.session.model_config, self.session.kv_layer_formats(self.rollout))["capacity_ratio"]
+        assert target is not None, "the recipe search needs a target"
+        full_mult = full_report.multiple
+        full_formats = self.session.kv_layer_formats(self.rollout)
+        full_capacity = kv_capacity(self.session.model_config, full_formats)["capacity_ratio"]
         trials: dict[int, dict] = {}
         n = len(ranked_units)
         if full_mult is not None and full_mult <= target:
             best: int | None = 0
-            trials[0] = {"kept": 0, "multiple": full_mult, "multiple_ci": full_report["multiple_ci"]}
+            trials[0] = {"kept": 0, "multiple": full_mult, "multiple_ci": full_report.multiple_ci}
         elif n >= 2:
             best = smallest_passing(1, n - 1, lambda k: self.try_keeping(ranked_units[:k], trials))
         else:
@@ -161,7 +166,7 @@ class SensitivityRun:
         recipe["trials"] = [trials[k] for k in sorted(trials) if k > 0]
         return recipe
 
-    def try_keeping(self, kept: list[Unit], trials: dict[int, dict]) -> bool:
+    def try_keeping(self, kept: list[ScannedPart], trials: dict[int, dict]) -> bool:
         """Measure the config with ``kept`` in BF16, record the trial; True under the target."""
         k = len(kept)
         m = self.measure(with_kept(self.rollout, kept), f"recipe: keep {k} in BF16")
@@ -169,40 +174,38 @@ class SensitivityRun:
         trials[k] = {"kept": k, "multiple": value, "multiple_ci": ci}
         if value is not None:
             self.reporter.log(k, {"sensitivity/recipe_multiple": value})
-        return value is not None and value <= self.cfg.target
+        return value is not None and self.cfg.target is not None and value <= self.cfg.target
 
 
-def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None) -> dict:
-    """Rank units by their multiple; with ``target``, the smallest BF16 set (in ranking order)
+def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None) -> SensitivityReport:
+    """Rank parts by their multiple; with ``target``, the smallest BF16 set (in ranking order)
     that brings the config under it, and the KV capacity that recipe keeps."""
     from .capacity import kv_capacity
     from .metrics import json_safe
-    from .mismatch import compare
+    from .multiple import compare
 
     run = SensitivityRun(cfg, reporter)
     session, rollout = run.session, run.rollout
     full = run.measure(rollout, "full config")
     full_report = compare(session, full, run.ref, cfg.metric, cfg.bootstrap)
-    ranked, ranked_units = run.rank_units()
-    recipe = run.search_recipe(ranked_units, full_report) if cfg.target is not None else None
+    ranked, ranked_parts = run.rank_parts()
+    recipe = run.search_recipe(ranked_parts, full_report) if cfg.target is not None else None
     run.reporter.progress(1.0, "done")
-    return json_safe({
+    own_unit = run.ref.cfg.engine == session.unit_engine
+    return SensitivityReport.model_validate(json_safe({
         "metric": cfg.metric,
         "model": cfg.model,
         "task": session.task,
         "prompts": len(session.prompt_ids),
-        "unit": cfg.unit,
+        "granularity": cfg.granularity,
         "rollout": rollout.model_dump(mode="json"),
-        "unit": {"engine": run.ref.cfg.engine, "dtype": "bf16", "why": session.unit_reason if run.ref.cfg.engine == session.unit_engine else "asked for"},
+        "unit": {"engine": run.ref.cfg.engine, "dtype": "bf16",
+                 "why": session.unit_reason if own_unit else "asked for"},
         "warnings": session.warnings,
-        "value": full_report["value"],
-        "reference_value": full_report["reference_value"],
-        "multiple": full_report["multiple"],
-        "multiple_ci": full_report["multiple_ci"],
-        "tokens": full_report["tokens"],
-        "metrics": full_report["metrics"],
+        **full_report.model_dump(mode="json", include={"value", "reference_value", "multiple", "multiple_ci",
+                                                       "tokens", "metrics"}),
         "ranking": ranked,
         "recipe": recipe,
         "kv_cache": kv_capacity(session.model_config, session.kv_layer_formats(rollout)),
         "timing": {"total_s": session.elapsed(), "measurements": run.progress.done},
-    })
+    }))

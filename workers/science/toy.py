@@ -26,9 +26,8 @@ from pathlib import Path
 import torch
 
 from ._compat import hide_broken_vision_packages
-
-from .reporting import Cancelled, NullReporter, Reporter
 from .prompts import ARITHMETIC_LEVELS, LEVEL_MAX_NEW_TOKENS, TASK_FILE, arithmetic_prompt_set, arithmetic_target_text
+from .reporting import Cancelled, NullReporter, Reporter
 
 hide_broken_vision_packages()
 
@@ -128,15 +127,15 @@ def _batch(rng: random.Random, level: int, n: int) -> tuple[torch.Tensor, torch.
     ids = torch.full((n, width), PAD_ID, dtype=torch.long)
     labels = torch.full((n, width), -100, dtype=torch.long)
     attn = torch.zeros((n, width), dtype=torch.long)
-    for i, (s, st) in enumerate(zip(seqs, starts)):
+    for i, (s, st) in enumerate(zip(seqs, starts, strict=False)):
         ids[i, : len(s)] = torch.as_tensor(s)
         labels[i, st : len(s)] = torch.as_tensor(s[st:])
         attn[i, : len(s)] = 1
     return ids, labels, attn
 
 
-def sft(model, recipe: ToyRecipe, steps: int, seed: int, reporter: Reporter, label: str, frac0: float, frac1: float, ring=None,
-        device: str = "cpu", lr: float | None = None, warmup: int | None = None):
+def sft(model, recipe: ToyRecipe, steps: int, seed: int, reporter: Reporter, label: str, frac0: float, frac1: float,
+        ring=None, device: str = "cpu", lr: float | None = None, warmup: int | None = None):
     """AdamW, linear warm-up then cosine from ``lr`` (default the recipe's) to 10% of it,
     cross-entropy on answer tokens."""
     rng = random.Random(seed)
@@ -233,7 +232,8 @@ def _save(model, tok, out: Path, level: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
-    (out / TASK_FILE).write_text(json.dumps({"task": f"arithmetic:{level}", "max_new_tokens": LEVEL_MAX_NEW_TOKENS[level]}))
+    task = {"task": f"arithmetic:{level}", "max_new_tokens": LEVEL_MAX_NEW_TOKENS[level]}
+    (out / TASK_FILE).write_text(json.dumps(task))
 
 
 def _build_identity(size: str) -> dict:
@@ -288,8 +288,8 @@ def build_toy_models(size: str, out: str | Path, reporter: Reporter | None = Non
         start_from_teacher_layers(student, teacher, layers)
     recent = RecentStates(recipe.snapshots)
     # A student started from trained layers needs no warm-up; one from random weights does.
-    sft(student, recipe, recipe.student_steps, recipe.seed + 3, reporter, "student", 0.6, 0.95, ring=recent, device=device,
-        lr=recipe.student_lr, warmup=0 if layers is not None else None)
+    sft(student, recipe, recipe.student_steps, recipe.seed + 3, reporter, "student", 0.6, 0.95, ring=recent,
+        device=device, lr=recipe.student_lr, warmup=0 if layers is not None else None)
     noise = decoder_noise(student.state_dict(), recipe.student_noise, recipe.seed + 4)
     student.load_state_dict({k: v + noise[k] if k in noise else v for k, v in student.state_dict().items()})
     ring = SnapshotRing(recipe.snapshots)

@@ -14,6 +14,7 @@ from ..fingerprint import checkpoint_digest
 from ..reporting import NullReporter, Reporter, SubReporter
 from .arithmetic import decide
 from .config import AdmissionJobConfig, BudgetSpec
+from .results import AdmissionVerdict
 
 
 def budget_problems(spec: BudgetSpec, digest: str | None, task: str, unit_engine: str) -> list[str]:
@@ -31,7 +32,8 @@ def budget_problems(spec: BudgetSpec, digest: str | None, task: str, unit_engine
     return problems
 
 
-def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> dict:
+def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> AdmissionVerdict:
+    """The config's multiple on the checkpoint, judged against the budget (module docstring)."""
     from ..mismatch import run_mismatch
     from ..preflight import preflight
 
@@ -50,30 +52,30 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
         raise ConfigError("; ".join(problems))
 
     report = run_mismatch(measurement, reporter, checked=checked)
-    decision = decide(report["multiple"], report["multiple_ci"], spec.budget, spec.status, report["prompts"])
-    reporter.log(report["prompts"], {"admission/multiple": report["multiple"] or 0.0,
-                                     "admission/budget": spec.budget or 0.0,
-                                     "admission/within_budget": float(decision.verdict == "pass")})
+    decision = decide(report.multiple, report.multiple_ci, spec.budget, spec.status, report.prompts)
+    reporter.log(report.prompts, {"admission/multiple": report.multiple or 0.0,
+                                  "admission/budget": spec.budget or 0.0,
+                                  "admission/within_budget": float(decision.verdict == "pass")})
     result = {
-        **report,
-        "budget": spec.model_dump(mode="json"),
+        **report.model_dump(mode="json"),
+        "budget": spec,
         "verdict": decision.verdict,
         "reason": decision.reason,
         "margin": decision.margin,
         "prompts_to_decide": decision.prompts_to_decide,
-        "extend": ({"prompts": decision.prompts_to_decide, "seed": report["seed"]}
+        "extend": ({"prompts": decision.prompts_to_decide, "seed": report.seed}
                    if decision.prompts_to_decide else None),
         "checkpoint_hash": digest,
-        "kv_capacity_gain": report["kv_cache"]["capacity_ratio"],
+        "kv_capacity_gain": report.kv_cache.capacity_ratio,
     }
-    if cfg.drift and not report["identical_to_unit"]:
+    if cfg.drift and not report.identical_to_unit:
         result["drift"] = prefix_drift(cfg, reporter)
     if cfg.recipe and spec.budget:
         from .recipe import recipe_within_budget
 
         result.update(recipe_within_budget(measurement, spec.budget, cfg.recipe_margin, SubReporter(reporter)))
     reporter.progress(1.0, f"{decision.verdict}: {decision.reason}")
-    return result
+    return AdmissionVerdict.model_validate(result)
 
 
 def prefix_drift(cfg: AdmissionJobConfig, reporter: Reporter) -> dict:
@@ -84,6 +86,6 @@ def prefix_drift(cfg: AdmissionJobConfig, reporter: Reporter) -> dict:
     drift = run_drift(DriftJobConfig(model=cfg.model, rollout=cfg.rollout, task=cfg.task, prompts=cfg.drift_prompts,
                                      max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=cfg.device,
                                      threads=cfg.threads, bootstrap=0), SubReporter(reporter))
-    return {"prompts": drift["prompts"], "diverged_fraction": drift["diverged_fraction"],
-            "first_divergence": {k: v for k, v in drift["first_divergence"].items() if k != "histogram"},
-            "share_after": drift["mismatch_after_divergence"]["share_after"]}
+    return {"prompts": drift.prompts, "diverged_fraction": drift.diverged_fraction,
+            "first_divergence": {k: v for k, v in drift.first_divergence.items() if k != "histogram"},
+            "share_after": drift.mismatch_after_divergence["share_after"]}

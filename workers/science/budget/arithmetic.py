@@ -24,7 +24,7 @@ prompts that would likely decide it assume the CI's half-width shrinks as 1/sqrt
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 BudgetStatus = Literal["reached", "not_reached", "below_ladder"]
@@ -87,13 +87,6 @@ class Budget:
     seed_z: float
     levels: tuple[LevelJudgement, ...]
 
-    @property
-    def brackets(self) -> bool:
-        return self.status == "reached"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def find_budget(baseline: Sequence[float], levels: Sequence[Level], tolerance_points: float = 1.4,
                 seed_z: float = 1.0) -> Budget:
@@ -119,6 +112,9 @@ def find_budget(baseline: Sequence[float], levels: Sequence[Level], tolerance_po
         judged.append(LevelJudgement(lv.target, lv.multiple, lv.multiple_ci, dict(lv.setting), tuple(lv.accuracies),
                                      m, sd, drop, allowance, drop <= allowance))
     first_fail = next((i for i, j in enumerate(judged) if not j.within), None)
+    status: BudgetStatus
+    value: float | None
+    bracket: tuple[float | None, float | None]
     if first_fail is None:
         status, value, bracket = "not_reached", judged[-1].multiple, (judged[-1].multiple, None)
     elif first_fail == 0:
@@ -147,18 +143,15 @@ class Decision:
     margin: float | None  # budget / multiple: above 1 is room to spare
     prompts_to_decide: int | None = None
 
-    def as_dict(self) -> dict:
-        return asdict(self)
 
-
-def decide(multiple: float | None, ci: Sequence[float] | None, budget: float | None, status: BudgetStatus,
+def decide(multiple: float | None, ci: Sequence[float | None] | None, budget: float | None, status: BudgetStatus,
            prompts: int) -> Decision:
     """The admission verdict of a measured multiple (with its 95% CI over ``prompts``
     prompts) against a budget (see the module docstring)."""
     if budget is None or status == "below_ladder":
         return Decision("fail", "the budget is below the lowest calibrated level: no mismatch above BF16 was "
                                 "tolerated", None)
-    if multiple is None or ci is None or len(ci) != 2:
+    if multiple is None or ci is None or len(ci) != 2 or ci[0] is None or ci[1] is None:
         return Decision("inconclusive", "the multiple has no confidence interval (too few prompts, or a zero "
                                         "BF16 reference); measure more prompts", None)
     lo, hi = float(ci[0]), float(ci[1])

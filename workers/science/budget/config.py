@@ -59,7 +59,7 @@ class CalibrationJobConfig(TrainJobConfig):
     def _ascending(cls, levels: list[float]) -> list[float]:
         if any(v <= 1.0 for v in levels):
             raise ValueError("every level must be a multiple above 1 (1 is the BF16 engine itself)")
-        if any(b <= a for a, b in zip(levels, levels[1:])):
+        if any(b <= a for a, b in zip(levels, levels[1:], strict=False)):
             raise ValueError("levels must be strictly ascending")
         return levels
 
@@ -83,10 +83,11 @@ class CalibrationJobConfig(TrainJobConfig):
         return data
 
 
-class BudgetSpec(_Strict):
-    """A calibrated budget, as an admission check needs it."""
+class BudgetFields(_Strict):
+    """A calibrated mismatch budget: the one declaration of its fields.  The calibration's
+    result carries them, the admission check takes them (:class:`BudgetSpec`), the product
+    stores them as a ``MismatchBudget`` row and serves them over its API."""
 
-    id: int | None = Field(None, description="The stored budget's id (set by the product).")
     checkpoint: str = Field(..., max_length=1000, description="The checkpoint the budget was calibrated on.")
     checkpoint_hash: str | None = Field(None, max_length=128)
     task: str = Field(..., max_length=1000)
@@ -94,10 +95,17 @@ class BudgetSpec(_Strict):
     metric: MetricName
     unit_engine: Literal["hf", "vllm"]
     reference_value: float | None = None
-    budget: float | None = Field(..., description="The budget multiple (None: below the lowest level).")
+    budget: float | None = Field(..., description="The budget multiple (None: below the lowest level; with status "
+                                                  "not_reached, a lower bound).")
     status: BudgetStatus
     step: int = Field(0, ge=0)
     tolerance: float = Field(1.4, ge=0.0)
+
+
+class BudgetSpec(BudgetFields):
+    """A calibrated budget, as an admission check needs it."""
+
+    id: int | None = Field(None, description="The stored budget's id (set by the product).")
 
 
 class AdmissionJobConfig(MismatchJobConfig):

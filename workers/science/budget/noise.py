@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..config import ConfigError
 from ..reporting import NullReporter, Reporter, SubReporter
+from .config import NoiseSolveJobConfig
+from .results import NoiseSolveResult
 
-Measure = Callable[[float], tuple[float | None, list[float] | None, dict]]
+Measure = Callable[[float], tuple[float | None, list[float | None] | None, Any]]
 
 
 @dataclass(frozen=True)
@@ -55,26 +57,29 @@ def next_sigma(trials: list[Trial], target: float) -> float:
     ordered = sorted(trials, key=lambda t: t.sigma, reverse=bool(below))
     edge, slope = ordered[0], 2.0
     if len(ordered) >= 2 and ordered[1].sigma != edge.sigma and ordered[1].multiple != edge.multiple:
-        secant = (math.log(edge.multiple) - math.log(ordered[1].multiple)) / (math.log(edge.sigma) - math.log(ordered[1].sigma))
+        rise = math.log(edge.multiple) - math.log(ordered[1].multiple)
+        secant = rise / (math.log(edge.sigma) - math.log(ordered[1].sigma))
         if secant > 0:
             slope = min(4.0, max(0.5, secant))
     return edge.sigma * (target / edge.multiple) ** (1.0 / slope)
 
 
 def solve_sigma(measure: Measure, target: float, start_sigma: float = 0.01, rel_tolerance: float = 0.15,
-                max_iterations: int = 8, on_trial: Callable[[int, Trial], None] | None = None) -> tuple[Trial, list[Trial], dict]:
+                max_iterations: int = 8, on_trial: Callable[[int, Trial], None] | None = None,
+                ) -> tuple[Trial, list[Trial], Any]:
     """The trial that hits ``target`` (see the module docstring), every trial, and the
     report of the hitting measurement; raises :class:`ConfigError` when none hits."""
     if target <= 1.0:
-        raise ConfigError(f"target multiple {target:g} is not above the BF16 engine's own (1x); noise can only add mismatch")
+        raise ConfigError(f"target multiple {target:g} is not above the BF16 engine's own (1x); noise can only add "
+                          "mismatch")
     trials: list[Trial] = []
-    reports: dict[Trial, dict] = {}
+    reports: dict[Trial, Any] = {}
     sigma = start_sigma
     for i in range(max_iterations):
         value, ci, report = measure(sigma)
         if value is None or not math.isfinite(value) or value <= 0:
             raise ConfigError(f"noise sigma {sigma:.3g} gave no finite multiple; the BF16 reference may be zero")
-        trial = Trial(sigma, float(value), tuple(ci) if ci else None)
+        trial = Trial(sigma, float(value), (ci[0], ci[1]) if ci and ci[0] is not None and ci[1] is not None else None)
         trials.append(trial)
         if on_trial is not None:
             on_trial(i, trial)
@@ -93,7 +98,7 @@ def solve_sigma(measure: Measure, target: float, start_sigma: float = 0.01, rel_
                       + "); widen rel_tolerance, measure more prompts or change the ladder")
 
 
-def run_noise_solve(cfg, reporter: Reporter | None = None) -> dict:
+def run_noise_solve(cfg: NoiseSolveJobConfig, reporter: Reporter | None = None) -> NoiseSolveResult:
     """The ``noise-solve`` job: the sigma realising ``cfg.target_multiple`` on ``cfg.model``."""
     from ..mismatch import run_mismatch
 
@@ -105,7 +110,7 @@ def run_noise_solve(cfg, reporter: Reporter | None = None) -> dict:
     def measure(sigma: float):
         rollout = base.rollout.model_copy(update={"noise_sigma": sigma, "noise_seed": cfg.noise_seed})
         report = run_mismatch(base.model_copy(update={"rollout": rollout}), SubReporter(reporter))
-        return report["multiple"], report["multiple_ci"], report
+        return report.multiple, report.multiple_ci, report
 
     def on_trial(i: int, t: Trial) -> None:
         reporter.log(i + 1, {"noise/sigma": t.sigma, "noise/multiple": t.multiple})
@@ -114,11 +119,11 @@ def run_noise_solve(cfg, reporter: Reporter | None = None) -> dict:
     hit, trials, report = solve_sigma(measure, cfg.target_multiple, cfg.start_sigma, cfg.rel_tolerance,
                                       cfg.max_iterations, on_trial)
     reporter.progress(1.0, "done")
-    return {
-        "target_multiple": cfg.target_multiple, "sigma": hit.sigma, "noise_seed": cfg.noise_seed,
-        "multiple": hit.multiple, "multiple_ci": list(hit.ci) if hit.ci else None,
-        "trials": [{"sigma": t.sigma, "multiple": t.multiple, "ci": list(t.ci) if t.ci else None} for t in trials],
-        "metric": report["metric"], "reference_value": report["reference_value"], "unit": report["unit"],
-        "task": report["task"], "model": report["model"], "prompts": report["prompts"],
-    }
+    return NoiseSolveResult(
+        target_multiple=cfg.target_multiple, sigma=hit.sigma, noise_seed=cfg.noise_seed,
+        multiple=hit.multiple, multiple_ci=list(hit.ci) if hit.ci else None,
+        trials=[{"sigma": t.sigma, "multiple": t.multiple, "ci": list(t.ci) if t.ci else None} for t in trials],
+        metric=report.metric, reference_value=report.reference_value, unit=report.unit,
+        task=report.task, model=report.model, prompts=report.prompts,
+    )
 

@@ -36,7 +36,8 @@ def pareto_front(points: Sequence[dict]) -> list[dict]:
         if p["multiple"] is None:
             continue
         dominated = any(
-            q is not p and q["multiple"] is not None and q["capacity"] >= p["capacity"] and q["multiple"] <= p["multiple"]
+            q is not p and q["multiple"] is not None
+            and q["capacity"] >= p["capacity"] and q["multiple"] <= p["multiple"]
             and (q["capacity"] > p["capacity"] or q["multiple"] < p["multiple"])
             for q in points)
         if not dominated:
@@ -51,11 +52,14 @@ def cheapest_within(points: Sequence[dict], budget: float, margin: float) -> dic
 
 
 def recipe_within_budget(measurement: MismatchJobConfig, budget: float, margin: float, reporter: Reporter) -> dict:
+    """The candidates measured, their Pareto front and the cheapest within ``budget`` (the
+    admission result's recipe keys)."""
     from ..mismatch import run_mismatch
     from ..sensitivity import run_sensitivity
 
-    points, skipped = [], []
-    for i, (label, rollout) in enumerate(candidate_rollouts(measurement.rollout)):
+    points: list[dict] = []
+    skipped: list[dict] = []
+    for label, rollout in candidate_rollouts(measurement.rollout):
         if reporter.should_stop():
             break
         try:
@@ -63,16 +67,16 @@ def recipe_within_budget(measurement: MismatchJobConfig, budget: float, margin: 
         except ConfigError as exc:  # e.g. a block size that does not divide this model's layers
             skipped.append({"label": label, "why": str(exc)})
             continue
-        points.append({"label": label, "rollout": r["rollout"], "multiple": r["multiple"], "ci": r["multiple_ci"],
-                       "capacity": r["kv_cache"]["capacity_ratio"]})
+        points.append({"label": label, "rollout": r.rollout, "multiple": r.multiple, "ci": r.multiple_ci,
+                       "capacity": r.kv_cache.capacity_ratio})
     most = max(points, key=lambda p: (p["capacity"], p["multiple"] or 0.0)) if points else None
     layers = None
     if most is not None:
         scan = run_sensitivity(SensitivityJobConfig.model_validate({
             **measurement.model_dump(include=set(SensitivityJobConfig.model_fields) - {"target_ci"}),
             "rollout": most["rollout"], "target": budget / margin, "prompts": min(measurement.prompts, 128)}), reporter)
-        layers = scan["ranking"][:5]
-        recipe = scan["recipe"] or {}
+        layers = [row.model_dump(mode="json") for row in scan.ranking[:5]]
+        recipe = scan.recipe or {}
         if recipe.get("reached") and recipe.get("keep_bf16"):
             points.append({"label": f"{most['label']} with {len(recipe['keep_bf16'])} unit(s) in BF16",
                            "rollout": recipe["rollout"], "multiple": recipe["multiple"], "ci": recipe["multiple_ci"],

@@ -30,7 +30,7 @@ class Rollouts:
     full_logprobs: torch.Tensor | None = None  # [B, L, V] float32 where the engine can
 
     def responses(self) -> list[list[int]]:
-        return [row[m].tolist() for row, m in zip(self.tokens, self.mask)]
+        return [row[m].tolist() for row, m in zip(self.tokens, self.mask, strict=True)]
 
 
 @dataclass
@@ -64,7 +64,8 @@ class RolloutEngine(Protocol):
 
 
 #: What every engine's logprobs are, stated in reports.
-LOGPROB_TRANSFORM = "log_softmax(logits / T) on both sides (T = sampling temperature; T = 0 scores at T = 1); top-p filters sampling only"
+LOGPROB_TRANSFORM = ("log_softmax(logits / T) on both sides (T = sampling temperature; T = 0 scores at T = 1); "
+                     "top-p filters sampling only")
 
 
 def logprob_temperature(sampling: SamplingConfig) -> float:

@@ -5,8 +5,8 @@ Mapping: ``dtype`` -> ``dtype``; ``weights: fp8_e4m3`` + ``weight_scale: tensor`
 weight scales and dynamic activation scales; lm_head and embeddings stay BF16);
 ``kv_cache`` -> ``kv_cache_dtype``.  vLLM 0.32 takes KV scales from the checkpoint (else
 1.0); the hf engine reads the same checkpoint scales, else uses scales calibrated once per
-checkpoint, so on a checkpoint without scales the two engines' FP8 KV results differ.  Everything else is refused with a message naming what the
-installed vLLM cannot run; use the ``hf`` engine for it.
+checkpoint, so on a checkpoint without scales the two engines' FP8 KV results differ.
+Everything else is refused with a message naming what the installed vLLM cannot run; use the ``hf`` engine for it.
 
 The engine core runs in this process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so
 callers need no ``__main__`` guard and daemonic Celery workers can use it; pass
@@ -23,10 +23,8 @@ from typing import Sequence
 
 import torch
 
-from ..config import ConfigError, RolloutConfig, SamplingConfig
+from ..config import DTYPE_LIBRARY_NAMES, ConfigError, RolloutConfig, SamplingConfig
 from .base import Rollouts, Scores, sequence_seed, special_token_ids
-
-_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def _cpu_flags() -> set[str]:
@@ -48,11 +46,13 @@ def vllm_unsupported(cfg: RolloutConfig, on_cpu: bool) -> list[str]:
     if cfg.staleness > 0:
         problems.append("staleness: vLLM serves one set of weights; stale snapshots need engine hf")
     if cfg.keep_bf16:
-        problems.append("keep_bf16: per-layer exclusions need a quantized checkpoint with an ignore list; use engine hf")
+        problems.append("keep_bf16: per-layer exclusions need a quantized checkpoint with an ignore list; "
+                        "use engine hf")
     if cfg.weights != "bf16":
         if cfg.weights != "fp8_e4m3" or cfg.weight_scale != "tensor" or cfg.activations != "fp8_e4m3":
             problems.append(
-                f"weights {cfg.weights} / weight_scale {cfg.weight_scale} / activations {cfg.activations}: vLLM's online "
+                f"weights {cfg.weights} / weight_scale {cfg.weight_scale} / activations {cfg.activations}: "
+                "vLLM's online "
                 "quantization is quantization='fp8' only (weights fp8_e4m3, weight_scale tensor, activations fp8_e4m3)"
             )
         elif on_cpu:
@@ -63,8 +63,8 @@ def vllm_unsupported(cfg: RolloutConfig, on_cpu: bool) -> list[str]:
         if on_cpu and not ({"avx512f", "amx_tile"} & _cpu_flags()):
             problems.append(f"kv_cache {cfg.kv_cache}: vLLM's CPU backend needs AVX-512 or AMX for an FP8 KV cache")
     if cfg.sampling.top_p < 1.0:
-        problems.append("top_p < 1: vLLM's processed logprobs are renormalised over the nucleus, which trainers do not do "
-                        "when they score; use top_p 1 or engine hf")
+        problems.append("top_p < 1: vLLM's processed logprobs are renormalised over the nucleus, which trainers "
+                        "do not do when they score; use top_p 1 or engine hf")
     if cfg.fp8_matmul == "scaled_mm":
         problems.append("fp8_matmul scaled_mm: vLLM chooses its own FP8 kernels")
     return problems
@@ -93,7 +93,7 @@ class VLLMEngine:
             raise ConfigError(f"engine vllm cannot run this config with {where}: " + "; ".join(problems))
         from vllm import LLM
 
-        kwargs = dict(model=model_dir, dtype=_DTYPES[cfg.dtype], seed=cfg.seed, enforce_eager=True,
+        kwargs = dict(model=model_dir, dtype=DTYPE_LIBRARY_NAMES[cfg.dtype], seed=cfg.seed, enforce_eager=True,
                       max_num_seqs=max_num_seqs, disable_log_stats=True, logprobs_mode="processed_logprobs")
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
@@ -123,8 +123,9 @@ class VLLMEngine:
     def _params(self, sampling: SamplingConfig, seed: int | None, **extra):
         from vllm import SamplingParams
 
-        return SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_new_tokens,
-                              seed=seed, logprobs=0, ignore_eos=sampling.ignore_eos, **extra)
+        return SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p,
+                              max_tokens=sampling.max_new_tokens, seed=seed, logprobs=0,
+                              ignore_eos=sampling.ignore_eos, **extra)
 
     def sample(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig, seed: int, offset: int = 0,
                return_full: bool = False) -> Rollouts:
@@ -142,7 +143,7 @@ class VLLMEngine:
             ids = list(o.outputs[0].token_ids)
             tokens[i, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
             mask[i, : len(ids)] = True
-            for t, (tok, entry) in enumerate(zip(ids, o.outputs[0].logprobs or [])):
+            for t, (tok, entry) in enumerate(zip(ids, o.outputs[0].logprobs or [], strict=False)):
                 lps[i, t] = float(entry[tok].logprob)
         return Rollouts([list(p) for p in prompt_ids], tokens, mask, lps, None)
 
@@ -158,7 +159,7 @@ class VLLMEngine:
         params = self._params(SamplingConfig(temperature=0.0, max_new_tokens=1), None, prompt_logprobs=0)
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)
         lps = torch.zeros(tokens.shape, dtype=torch.float32)
-        for i, (o, p) in enumerate(zip(outs, prompt_ids)):
+        for i, (o, p) in enumerate(zip(outs, prompt_ids, strict=False)):
             resp = tokens[i][mask[i]].tolist()
             for t, tok in enumerate(resp):
                 lps[i, t] = float(o.prompt_logprobs[len(p) + t][tok].logprob)

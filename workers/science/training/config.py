@@ -9,7 +9,7 @@ so a field is declared and validated in exactly one place.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -130,9 +130,11 @@ class GRPOConfig(TrainingConfig):
     """GRPO: group-relative advantage on an exact-match reward, token-mean, no KL term."""
 
     method: Literal["grpo"] = "grpo"
-    group_size: int = _GRPOFields.model_fields["group_size"]
-    tis: bool = _GRPOFields.model_fields["tis"]
-    is_cap: float = _OPDFields.model_fields["is_cap"]
+    # A field shared with another config reuses its FieldInfo (one declaration: default,
+    # bounds, description); type checkers see a FieldInfo assigned, hence the ignores.
+    group_size: int = _GRPOFields.model_fields["group_size"]  # type: ignore[assignment]
+    tis: bool = _GRPOFields.model_fields["tis"]  # type: ignore[assignment]
+    is_cap: float = _OPDFields.model_fields["is_cap"]  # type: ignore[assignment]
     lr: float = Field(1e-4, gt=0.0, le=1.0, description="AdamW peak learning rate (GRPO learned at 1e-4 on the demo "
                                                         "toy pair, where 3e-4 undid the student).")
 
@@ -143,14 +145,15 @@ class GRPOConfig(TrainingConfig):
         return self
 
 
-_METHOD_CONFIGS = {"opd": OPDConfig, "grpo": GRPOConfig}
+_METHOD_CONFIGS: dict[str, type[OPDConfig] | type[GRPOConfig]] = {"opd": OPDConfig, "grpo": GRPOConfig}
 
 
 class TrainJobConfig(_GRPOFields, _OPDFields, TrainingConfig):
     """Training under a rollout config: OPD (sync or async) or a GRPO baseline."""
 
     method: Method = Field("opd", description="'opd' (on-policy distillation) or 'grpo' (RL baseline).")
-    lr: float | None = Field(None, gt=0.0, le=1.0, description="AdamW peak learning rate; default the method's (OPD "
+    lr: float | None = Field(None, gt=0.0, le=1.0,  # type: ignore[assignment]  # None: the method's default
+                             description="AdamW peak learning rate; default the method's (OPD "
                                                                "3e-4, GRPO 1e-4).")
 
     @model_validator(mode="after")
@@ -164,7 +167,8 @@ class TrainJobConfig(_GRPOFields, _OPDFields, TrainingConfig):
         cls = _METHOD_CONFIGS[self.method]
         fields = type(self).model_fields
         # (a config built on this one, e.g. a calibration's, adds fields that are not the method's choice)
-        values = {k: getattr(self, k) for k in self.model_fields_set if k != "method" and k in TrainJobConfig.model_fields}
+        values = {k: getattr(self, k) for k in self.model_fields_set
+                  if k != "method" and k in TrainJobConfig.model_fields}
         others = {k: v for k, v in values.items() if k not in cls.model_fields}
         # Another method's field at its default is what a stored (normalised) config holds: not a choice.
         foreign = sorted(k for k, v in others.items() if v != fields[k].get_default(call_default_factory=True))
@@ -180,7 +184,7 @@ class TrainJobConfig(_GRPOFields, _OPDFields, TrainingConfig):
             raise ValueError("; ".join(_problem_line(e) for e in exc.errors(include_url=False))) from None
 
 
-def _problem_line(err: dict) -> str:
+def _problem_line(err: Mapping[str, Any]) -> str:
     msg = err["msg"].removeprefix("Value error, ")
     loc = ".".join(str(part) for part in err["loc"])
     return f"{loc}: {msg}" if loc else msg
@@ -203,25 +207,25 @@ def _default_arms() -> list[TrainingArm]:
 class TimeToQualityConfig(_Strict):
     """Time to a target accuracy: two or more training configs, several seeds each."""
 
-    model: str = TrainingConfig.model_fields["model"]
-    teacher: str | None = _OPDFields.model_fields["teacher"]
+    model: str = TrainingConfig.model_fields["model"]  # type: ignore[assignment]
+    teacher: str | None = _OPDFields.model_fields["teacher"]  # type: ignore[assignment]
     method: Method = Field("opd", description="'opd' or 'grpo', the same for every arm.")
-    loss: OPDLoss = _OPDFields.model_fields["loss"]
-    task: str = TrainingConfig.model_fields["task"]
+    loss: OPDLoss = _OPDFields.model_fields["loss"]  # type: ignore[assignment]
+    task: str = TrainingConfig.model_fields["task"]  # type: ignore[assignment]
     arms: list[TrainingArm] = Field(default_factory=_default_arms, min_length=2, max_length=8,
                                     description="The configs compared; the first is the baseline of the ratios.")
     seeds: int = Field(3, ge=1, le=16, description="Runs per arm, seeds 0..seeds-1 (paired across arms).")
     target: float = Field(..., gt=0.0, le=1.0, description="Held-out greedy accuracy to reach.")
     steps: int = Field(200, ge=1, le=1_000_000, description="Most steps of one run; a run that does not reach the "
                                                             "target by then counts as not reached.")
-    batch_size: int = TrainingConfig.model_fields["batch_size"]
-    lr: float | None = TrainJobConfig.model_fields["lr"]
-    warmup_steps: int = TrainingConfig.model_fields["warmup_steps"]
+    batch_size: int = TrainingConfig.model_fields["batch_size"]  # type: ignore[assignment]
+    lr: float | None = TrainJobConfig.model_fields["lr"]  # type: ignore[assignment]
+    warmup_steps: int = TrainingConfig.model_fields["warmup_steps"]  # type: ignore[assignment]
     eval_every: int = Field(5, ge=1, le=1_000_000, description="Evaluate every N steps (the resolution of the time "
                                                                "to target).")
-    eval_prompts: int = TrainingConfig.model_fields["eval_prompts"]
-    device: str = TrainingConfig.model_fields["device"]
-    threads: int | None = TrainingConfig.model_fields["threads"]
+    eval_prompts: int = TrainingConfig.model_fields["eval_prompts"]  # type: ignore[assignment]
+    device: str = TrainingConfig.model_fields["device"]  # type: ignore[assignment]
+    threads: int | None = TrainingConfig.model_fields["threads"]  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _arms_valid(self) -> "TimeToQualityConfig":

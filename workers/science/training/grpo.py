@@ -21,13 +21,14 @@ from .trainer import OnPolicyTrainer
 
 class GRPOTrainer(OnPolicyTrainer):
     method = "grpo"
+    config: GRPOConfig
 
     def __init__(self, config: GRPOConfig, reporter: Reporter | None = None) -> None:
         self.group_size = config.group_size
         super().__init__(config, reporter)
 
     def compute_loss(self, batch: dict) -> tuple[torch.Tensor, dict]:
-        cfg: GRPOConfig = self.config
+        cfg = self.config
         mask, lp_roll, lp_train = batch["mask"], batch["lp_roll"], batch["lp_train"].detach()
         weights, stats = self.correction_weights(lp_train, lp_roll, mask, "tis" if cfg.tis else "none", cfg.is_cap)
         adv_seq = losses.grpo_advantages(batch["rewards"], cfg.group_size)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..config import ConfigError
 from ..reporting import Reporter
 from .config import GRPOConfig, OPDConfig, TrainJobConfig
+from .results import TrainingResult
 
 
 def trainer_for(config: OPDConfig | GRPOConfig, reporter: Reporter | None = None):
@@ -17,7 +18,7 @@ def trainer_for(config: OPDConfig | GRPOConfig, reporter: Reporter | None = None
     return GRPOTrainer(config, reporter)
 
 
-def run_training(config: TrainJobConfig | OPDConfig | GRPOConfig, reporter: Reporter | None = None) -> dict:
+def run_training(config: TrainJobConfig | OPDConfig | GRPOConfig, reporter: Reporter | None = None) -> TrainingResult:
     """Train as ``config`` says; returns the report (accuracies, checkpoint, time split)."""
     method_config = config.method_config() if isinstance(config, TrainJobConfig) else config
     if method_config.checkpoint_every and not method_config.out:

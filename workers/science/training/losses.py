@@ -144,7 +144,15 @@ def weight_stats(w: torch.Tensor, mask: torch.Tensor, clipped: torch.Tensor | No
 
 
 def k3(lp_train: torch.Tensor, lp_roll: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mismatch of the rollout engine against the trainer on the same tokens (REFERENCE §3):
-    ``r_t = exp(lp_train - lp_roll)``, ``k3 = token_mean(r_t - 1 - log r_t)`` (never negative)."""
-    d = (lp_train.detach() - lp_roll).to(torch.float64)
-    return float(masked_mean(d.exp() - 1.0 - d, mask))
+    """Mismatch of the rollout engine against the trainer on the same tokens: the token mean
+    of the measurement's own per-token k3 (:func:`workers.science.metrics.k3_terms`, the one
+    formula), taken on the masked tokens' values.  It is a traced number, not a loss term, so
+    it leaves the graph and runs in numpy; 0 when no token counts."""
+    from ..metrics import k3_terms
+
+    keep = mask.bool()
+    if not bool(keep.any()):
+        return 0.0
+    roll = lp_roll.detach()[keep].to(torch.float64).cpu().numpy()
+    train = lp_train.detach()[keep].to(torch.float64).cpu().numpy()
+    return float(k3_terms(roll, train).mean())

@@ -22,12 +22,14 @@ from .trainer import OnPolicyTrainer
 
 class OPDTrainer(OnPolicyTrainer):
     method = "opd"
+    config: OPDConfig
 
     def __init__(self, config: OPDConfig, reporter: Reporter | None = None) -> None:
         super().__init__(config, reporter)
 
     def setup(self) -> None:
-        cfg: OPDConfig = self.config
+        cfg = self.config
+        assert cfg.teacher is not None  # OPDConfig requires it
         teacher_tok = load_tokenizer(cfg.teacher)
         problem = _tokenizer_difference(self.tokenizer, teacher_tok)
         if problem:
@@ -45,7 +47,7 @@ class OPDTrainer(OnPolicyTrainer):
         batch["logp_teacher"] = scores.full_logprobs
 
     def compute_loss(self, batch: dict) -> tuple[torch.Tensor, dict]:
-        cfg: OPDConfig = self.config
+        cfg = self.config
         mask, lp_roll = batch["mask"], batch["lp_roll"]
         lp_train, lp_teacher = batch["lp_train"].detach(), batch["lp_teacher"]
         weights, stats = self.correction_weights(lp_train, lp_roll, mask, cfg.correction, cfg.is_cap,

@@ -58,8 +58,8 @@ class AdmissionRecheck:
         within = None if budget is None or multiple is None else multiple <= budget
         entry = {"step": step, "multiple": multiple, "budget": budget, "within": within}
         self.checks.append(entry)
-        values = {} if multiple is None else {"admission/multiple": multiple}
-        if within is not None:
+        values: dict[str, float] = {} if multiple is None else {"admission/multiple": multiple}
+        if within is not None and budget is not None:
             values["admission/within_budget"] = float(within)
             values["admission/budget"] = budget
         self.trainer.reporter.log(step, values)

@@ -16,6 +16,7 @@ from typing import Mapping
 from ..reporting import Cancelled, Reporter
 from .config import TimeToQualityConfig
 from .job import trainer_for
+from .results import TimeToQualityResult
 
 
 class _RunClock:
@@ -40,6 +41,9 @@ class _RunClock:
     def progress(self, frac: float, message: str = "") -> None:
         pass
 
+    def flush(self) -> None:
+        self.outer.flush()
+
     def should_stop(self) -> bool:
         return self.reached is not None or self.outer.should_stop()
 
@@ -51,7 +55,7 @@ def _spread(values: list[float]) -> dict:
             "min": min(values), "max": max(values), "n": len(values)}
 
 
-def run_time_to_quality(config: TimeToQualityConfig, reporter: Reporter) -> dict:
+def run_time_to_quality(config: TimeToQualityConfig, reporter: Reporter) -> TimeToQualityResult:
     """Train every arm with every seed to the target; times, reached fractions and speed-ups."""
     # Every run's config is built (and so checked) before the first one trains.
     trainers_cfgs = [(arm, seed, config.run_config(arm, seed)) for arm in config.arms for seed in range(config.seeds)]
@@ -61,7 +65,7 @@ def run_time_to_quality(config: TimeToQualityConfig, reporter: Reporter) -> dict
         trainer = trainer_for(cfg, clock)
         try:
             report = trainer.train()
-            final = report["final_accuracy"]
+            final = report.final_accuracy
         except Cancelled:
             if clock.reached is None:
                 raise
@@ -78,8 +82,8 @@ def run_time_to_quality(config: TimeToQualityConfig, reporter: Reporter) -> dict
         for clock_name in ("measured_s", "modelled_s"):
             times = [r["reached"][clock_name] for r in runs[arm.name] if r["reached"]]
             ratios = [b["reached"][clock_name] / r["reached"][clock_name]
-                      for b, r in zip(runs[base], runs[arm.name]) if b["reached"] and r["reached"]]
+                      for b, r in zip(runs[base], runs[arm.name], strict=False) if b["reached"] and r["reached"]]
             row[clock_name] = _spread(times)
             row[f"speedup_{clock_name.removesuffix('_s')}"] = _spread(ratios)
         arms.append(row)
-    return {"target": config.target, "method": config.method, "seeds": config.seeds, "baseline": base, "arms": arms}
+    return TimeToQualityResult(target=config.target, method=config.method, seeds=config.seeds, baseline=base, arms=arms)

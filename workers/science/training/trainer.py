@@ -15,8 +15,8 @@ Trace keys (``reporter.log(step, ...)`` after every update): ``train/loss``,
 ``train/response_len``, ``train/staleness``, ``mismatch/k3`` (rollout engine vs trainer on
 the sampled tokens) and ``mismatch/multiple`` (over the k3 of a BF16 engine of the rollout
 engine's kind, measured at the start), ``is/weight_mean|weight_max|clip_fraction|ess`` (raw
-ratios when no correction is on), ``is/masked_fraction``, ``perf/tokens_per_s``, ``time/rollout_s|teacher_s|update_s|step_s``
-(``time/weight_sync_s``, part of the rollout time, with engine vllm)
+ratios when no correction is on), ``is/masked_fraction``, ``perf/tokens_per_s``,
+``time/rollout_s|teacher_s|update_s|step_s`` (``time/weight_sync_s``, part of the rollout time, with engine vllm)
 and ``time/step_overlapped_s`` (modelled: with async_k >= 1 the rollout hides behind the
 teacher and update passes).  ``eval/accuracy`` at step 0, every ``eval_every`` steps and at
 the end (greedy, trainer copy, held-out prompts).
@@ -38,14 +38,22 @@ import torch
 from .. import engines  # noqa: F401 - hides a broken torchvision before transformers loads
 from ..config import ConfigError, RolloutConfig, SamplingConfig
 from ..engines.base import SEED_MODULUS, Rollouts
-from ..engines.hf import HFEngine, check_model_path, check_weight_blocks, load_model, load_tokenizer, resolve_device, resolve_targets
+from ..engines.hf import (
+    HFEngine,
+    check_model_path,
+    check_weight_blocks,
+    load_model,
+    load_tokenizer,
+    resolve_device,
+    resolve_targets,
+)
 from ..engines.hf.sampling import left_pad, positions
-from ..prompts import ARITHMETIC_LEVELS, Problem, arithmetic_prompt_set
+from ..prompts import ARITHMETIC_LEVELS, TASK_FILE, Problem, arithmetic_prompt_set, model_task
 from ..reporting import Cancelled, NullReporter, Reporter
-from ..prompts import TASK_FILE, model_task
 from . import losses
 from .config import TrainingConfig
 from .recheck import AdmissionRecheck
+from .results import TrainingResult
 from .vllm_rollout import SyncedVLLM
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -57,7 +65,8 @@ STATE_JSON = "trainer_state.json"
 #: Held-out problems are drawn with this seed whatever the run's seed, so seeds compare on one set.
 EVAL_SEED = 1234
 #: Fields that may change when a run is resumed; any other difference is refused.
-RESUMABLE_CHANGES = {"steps", "out", "resume", "resume_from", "device", "threads", "eval_every", "eval_prompts", "checkpoint_every"}
+RESUMABLE_CHANGES = {"steps", "out", "resume", "resume_from", "device", "threads", "eval_every", "eval_prompts",
+                     "checkpoint_every"}
 
 
 def checkpoint_dir(out: str | Path, step: int) -> Path:
@@ -168,7 +177,7 @@ class OnPolicyTrainer:
         return p
 
     # -- the loop ------------------------------------------------------------------------------
-    def train(self) -> dict:
+    def train(self) -> TrainingResult:
         try:
             return self._train()
         finally:
@@ -179,7 +188,7 @@ class OnPolicyTrainer:
         if self.vllm is not None:
             self.vllm.close()
 
-    def _train(self) -> dict:
+    def _train(self) -> TrainingResult:
         cfg = self.config
         if self.step == 0:
             if cfg.async_k:
@@ -214,7 +223,8 @@ class OnPolicyTrainer:
         self.score_batch(batch)
         t2 = time.perf_counter()
         self.model.train()
-        logp = response_logprobs(self.model, rollouts.prompt_ids, rollouts.tokens, rollouts.mask, self.pad_id, self.device)
+        logp = response_logprobs(self.model, rollouts.prompt_ids, rollouts.tokens, rollouts.mask, self.pad_id,
+                                 self.device)
         batch["logp_train"] = logp
         batch["lp_train"] = logp.gather(-1, rollouts.tokens.to(self.device)[..., None]).squeeze(-1).cpu()
         loss, stats = self.compute_loss(batch)
@@ -289,12 +299,14 @@ class OnPolicyTrainer:
         """The trainer's weights at ``version`` by checkpoint name (the current ones when it is current)."""
         return self.model.state_dict() if version == self.step else self.versions[version]
 
-    def rollout(self, problems: Sequence[Problem], step: int, version: int, cfg: RolloutConfig | None = None) -> Rollouts:
+    def rollout(self, problems: Sequence[Problem], step: int, version: int,
+                cfg: RolloutConfig | None = None) -> Rollouts:
         cfg = cfg or self.rollout_config(step)
         seed = (self.config.seed * 1_000_003 + step) % SEED_MODULUS
         if cfg.engine == "vllm":
-            engine = self.vllm.engine(cfg, version, lambda: self.state_of(version))
-            return engine.sample(self.encode(problems), cfg.sampling, seed=seed)
+            assert self.vllm is not None, "a vllm rollout config starts the synced engine"
+            synced = self.vllm.engine(cfg, version, lambda: self.state_of(version))
+            return synced.sample(self.encode(problems), cfg.sampling, seed=seed)
         from ..engines import build_engine
 
         engine = build_engine(self.config.model, cfg, self.device, base_model=self.weights_of(version))
@@ -345,7 +357,8 @@ class OnPolicyTrainer:
 
     def _evaluate(self, step: int) -> float:
         t0 = time.perf_counter()
-        engine = HFEngine(self.config.model, RolloutConfig(dtype="fp32"), self.device, base_model=copy.deepcopy(self.model))
+        engine = HFEngine(self.config.model, RolloutConfig(dtype="fp32"), self.device,
+                          base_model=copy.deepcopy(self.model))
         greedy = SamplingConfig(temperature=0.0, max_new_tokens=self.sampling.max_new_tokens)
         prompts = self.encode(self.eval_set.problems)
         texts: list[str] = []
@@ -368,6 +381,7 @@ class OnPolicyTrainer:
         so a worker killed mid-save never leaves a half checkpoint that looks complete.  The
         points logged so far are made durable before the rename: a run resumed from this
         checkpoint logs only the steps after it."""
+        assert self.config.out is not None, "checkpoints need out"
         final = checkpoint_dir(self.config.out, self.step)
         if (final / STATE_FILE).is_file():
             return str(final)
@@ -397,7 +411,8 @@ class OnPolicyTrainer:
         changed = sorted(k for k in set(saved) | set(now) if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k))
         if changed:
             raise ConfigError(f"resume_from: the checkpoint {str(path)!r} was trained with a different config "
-                              f"({', '.join(changed)}); only {', '.join(sorted(RESUMABLE_CHANGES))} may change on resume")
+                              f"({', '.join(changed)}); only {', '.join(sorted(RESUMABLE_CHANGES))} may change "
+                              "on resume")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.versions = state["versions"]
@@ -407,16 +422,16 @@ class OnPolicyTrainer:
         self.totals = state["totals"]
         self.step = state["step"]
 
-    def _report(self, checkpoint: str | None) -> dict:
+    def _report(self, checkpoint: str | None) -> TrainingResult:
         start = self.evals[0][1] if self.evals and self.evals[0][0] == 0 else None
-        return {
+        return TrainingResult.model_validate({
             "method": self.method, "model": self.config.model, "task": f"arithmetic:{self.level}",
             "steps": self.step, "start_accuracy": start, "final_accuracy": self.evals[-1][1] if self.evals else None,
             "evals": [{"step": s, "accuracy": a} for s, a in self.evals], "checkpoint": checkpoint,
             "k3_reference": self.k3_reference, "time": {k: v for k, v in self.totals.items() if k != "tokens"},
             "tokens": self.totals["tokens"], "async_k": self.config.async_k,
             "admission": self.recheck.report() if self.recheck is not None else None,
-        }
+        })
 
 
 def _check_vllm(config: TrainingConfig) -> None:

@@ -22,7 +22,7 @@ step ``t - k``).
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -42,7 +42,7 @@ class SyncedVLLM:
 
     def __init__(self, model_dir: str, max_model_len: int | None = None, block_size: int | None = None) -> None:
         self.model_dir = model_dir
-        self.engine_options = {"max_model_len": max_model_len, "block_size": block_size}
+        self.engine_options: dict[str, Any] = {"max_model_len": max_model_len, "block_size": block_size}
         self._engines: dict[tuple, VLLMEngine] = {}
         self._versions: dict[tuple, int] = {}
         self.sync_s = 0.0

@@ -50,6 +50,7 @@ class HFEngine:
     def info(self) -> dict:
         """What the config did to the model: FP8 backend, quantized / kept modules, FP8 KV layers."""
         p = self.prepared
+        assert p is not None, "the engine is closed"
         return {
             "fp8_backend": p.fp8_backend,
             "quantized_modules": len(p.quantized),
@@ -66,17 +67,19 @@ class HFEngine:
         steps = sampling.max_new_tokens
         u = prompt_uniforms(seed, offset, b, steps)
         ids, attn = left_pad(prompt_ids, self.pad_token_id, self.device)
+        assert self.prepared is not None, "the engine is closed"
         cache = make_cache(self.prepared.kv_formats, self.cfg.kv_scale, self.kv_amax)
         temperature = logprob_temperature(sampling)
         tokens = torch.full((b, steps), self.pad_token_id, dtype=torch.long, device=self.device)
         mask = torch.zeros((b, steps), dtype=torch.bool, device=self.device)
         lps = torch.zeros((b, steps), dtype=torch.float32, device=self.device)
-        fulls = [] if return_full else None
+        fulls: list[torch.Tensor] | None = [] if return_full else None
         done = torch.zeros(b, dtype=torch.bool, device=self.device)
         inp, pos = ids, positions(attn)
         t = 0
         for t in range(steps):
-            out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True)
+            out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=cache,
+                             use_cache=True)
             logits = out.logits[:, -1, :].float()
             logp = torch.log_softmax(logits / temperature, dim=-1)
             nxt = choose_tokens(logits, sampling, u[:, t])
@@ -107,7 +110,8 @@ class HFEngine:
         resp = tokens.to(self.device)
         full_ids = torch.cat([ids, resp], dim=1)
         full_attn = torch.cat([attn, mask.to(self.device).long()], dim=1)
-        out = self.model(input_ids=full_ids, attention_mask=full_attn, position_ids=positions(full_attn), use_cache=False)
+        out = self.model(input_ids=full_ids, attention_mask=full_attn, position_ids=positions(full_attn),
+                         use_cache=False)
         logits = out.logits[:, p - 1 : p - 1 + resp.shape[1], :].float()
         logp = torch.log_softmax(logits / temperature, dim=-1)
         lp = logp.gather(-1, resp[..., None]).squeeze(-1) * mask.to(self.device)

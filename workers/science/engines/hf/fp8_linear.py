@@ -13,7 +13,8 @@ class Fp8Linear(nn.Module):
     scales per tensor or per token (matching).  ``use_scaled_mm`` runs the real FP8 GEMM;
     otherwise the same arithmetic is emulated in float32."""
 
-    def __init__(self, linear: nn.Linear, weight_fmt: str, granularity: str, use_scaled_mm: bool, out_dtype: torch.dtype):
+    def __init__(self, linear: nn.Linear, weight_fmt: str, granularity: str, use_scaled_mm: bool,
+                 out_dtype: torch.dtype):
         super().__init__()
         w = linear.weight.detach().float()
         self.fmt = weight_fmt
@@ -21,7 +22,8 @@ class Fp8Linear(nn.Module):
         q, scale = quantize_fp8_tensorwise(w, weight_fmt, dim=1 if self.per_channel else None)
         self.register_buffer("qweight", q)  # [N, K] fp8
         self.register_buffer("wscale", scale.reshape(1, -1) if self.per_channel else scale.reshape(()))
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().to(out_dtype), requires_grad=False)
+        self.bias = (None if linear.bias is None
+                     else nn.Parameter(linear.bias.detach().to(out_dtype), requires_grad=False))
         self.use_scaled_mm = use_scaled_mm
         self.out_dtype = out_dtype
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -39,7 +41,8 @@ class Fp8Linear(nn.Module):
                     xscale = torch.cat([xscale, xscale.new_ones(pad, 1)])
             sa = xscale if self.per_channel else xscale.reshape(())
             out_dtype = torch.bfloat16 if self.per_channel else self.out_dtype
-            y = torch._scaled_mm(xq, self.qweight.t(), scale_a=sa.float(), scale_b=self.wscale.float(), out_dtype=out_dtype)
+            y = torch._scaled_mm(xq, self.qweight.t(), scale_a=sa.float(), scale_b=self.wscale.float(),
+                                 out_dtype=out_dtype)
             y = y[:m].to(self.out_dtype)
         else:
             wscale = self.wscale.reshape(-1, 1) if self.per_channel else self.wscale

@@ -106,7 +106,8 @@ def calibrate_kv_amax(model: nn.Module, prompt_ids: Sequence[Sequence[int]], eos
         inp, pos = ids, positions(attn)
         for _ in range(new_tokens):
             rec.mask = attn
-            logits = model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=rec, use_cache=True).logits
+            logits = model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=rec,
+                           use_cache=True).logits
             nxt = logits[:, -1, :].argmax(-1)
             alive = ~done
             if eos_id is not None:
@@ -218,8 +219,7 @@ def static_kv_amax(model_dir: str, base_model: nn.Module, prompt_ids: Sequence[S
 def calibration_prompt_ids(model_dir: str, tokenizer, task: str | None = None) -> list[list[int]]:
     """The calibration prompts of a checkpoint: its arithmetic task's *training* split (never
     the held-out prompts a measurement samples), or the first prompts of a JSONL task."""
-    from ...prompts import arithmetic_prompt_set, load_jsonl_prompt_set
-    from ...prompts import model_task
+    from ...prompts import arithmetic_prompt_set, load_jsonl_prompt_set, model_task
 
     if task in (None, "auto"):
         toy = model_task(model_dir)

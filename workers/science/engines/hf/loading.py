@@ -6,10 +6,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ...config import ConfigError
+from ...config import DTYPE_LIBRARY_NAMES, ConfigError
 
 #: The compute dtypes a rollout config names.
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, lib) for name, lib in DTYPE_LIBRARY_NAMES.items()}
 
 
 def resolve_device(device: str | torch.device) -> torch.device:

@@ -10,7 +10,8 @@ from ...config import SamplingConfig
 from ..base import sequence_seed
 
 
-def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int,
+             device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, W] token ids padded on the left, and the attention mask (1 on real tokens)."""
     width = max(len(p) for p in prompt_ids)
     ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)

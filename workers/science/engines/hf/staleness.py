@@ -52,7 +52,8 @@ def stale_snapshot_path(model_dir: str, k: int) -> Path:
         )
     steps = json.loads(index.read_text())["steps"]
     if k >= len(steps):
-        raise ConfigError(f"staleness {k} is beyond the snapshot ring of {model_dir!r} ({len(steps)} snapshots, max staleness {len(steps) - 1})")
+        raise ConfigError(f"staleness {k} is beyond the snapshot ring of {model_dir!r} ({len(steps)} snapshots, "
+                          f"max staleness {len(steps) - 1})")
     return Path(model_dir) / SNAPSHOT_DIR / f"step_{steps[-1 - k]:06d}.safetensors"
 
 
@@ -68,4 +69,5 @@ def apply_staleness(model: nn.Module, model_dir: str, k: int) -> None:
     state = load_stale_state(model_dir, k)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or [key for key in missing if "rotary" not in key]:
-        raise ConfigError(f"snapshot of {model_dir!r} does not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        raise ConfigError(f"snapshot of {model_dir!r} does not match the model (missing {missing[:3]}, "
+                          f"unexpected {unexpected[:3]})")

@@ -47,7 +47,8 @@ def resolve_keep_bf16(entries: Sequence[int | str], module_names: Sequence[str],
         if isinstance(entry, int):
             if not 0 <= entry < n_layers:
                 raise ConfigError(
-                    f"keep_bf16 layer index {entry} is out of range: the model has {n_layers} layers (0..{n_layers - 1})"
+                    f"keep_bf16 layer index {entry} is out of range: the model has {n_layers} layers "
+                    f"(0..{n_layers - 1})"
                 )
             kept.update(n for n in universe if layer_index(n) == entry)
             continue
@@ -76,7 +77,7 @@ def resolve_targets(model: nn.Module, cfg: RolloutConfig) -> RolloutTargets:
     n_layers = decoder_layer_count(model)
     linears = decoder_linears(model)
     kept = resolve_keep_bf16(cfg.keep_bf16, list(linears), n_layers)
-    kv_formats = [
+    kv_formats: list[str | None] = [
         None if cfg.kv_cache == "none" or kv_pseudo_name(i) in kept else cfg.kv_cache for i in range(n_layers)
     ]
     return RolloutTargets(linears, frozenset(kept), [n for n in linears if n not in kept], kv_formats)
