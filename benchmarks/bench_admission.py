@@ -43,8 +43,8 @@ def main() -> int:
     from workers.science.config import MismatchJobConfig, RolloutConfig
     from workers.science.fingerprint import checkpoint_digest
     from workers.science.measurement import MeasurementSession
-    from workers.science.reference_cache import REFERENCE_MEMO as _REFERENCE_MEMO
     from workers.science.preflight import preflight
+    from workers.science.reference_cache import REFERENCE_MEMO as _REFERENCE_MEMO
 
     rollout = RolloutConfig.from_yaml(args.config)
     cache = tempfile.mkdtemp(prefix="bench-admission-")

@@ -19,7 +19,6 @@ import tempfile
 import time
 
 import numpy as np
-
 from harness import bench_database, daphne, load, make_job, percentile, team_and_user
 
 CHROMIUM = "/usr/bin/chromium"

@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import time
 
-from harness import ROOT, bench_database, child_env, daphne, make_job, load, percentile, team_and_user
+from harness import ROOT, bench_database, child_env, daphne, load, make_job, percentile, team_and_user
 
 
 def produce(job_id: int, rate: float, seconds: float) -> None:

@@ -19,9 +19,7 @@ import json
 import time
 
 import numpy as np
-
-from harness import bench_database, daphne, make_job, load, percentile, team_and_user
-
+from harness import bench_database, daphne, load, make_job, percentile, team_and_user
 
 CHUNK = 200_000
 

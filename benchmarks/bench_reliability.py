@@ -172,9 +172,9 @@ def point_errors(job_id: int, steps: int) -> tuple[int, int]:
 # ---------------------------------------------------------------- 1. worker kill -9 mid-job
 
 def scenario_worker_kill(stack: Stack, team, user, steps: int, sleep_s: float) -> dict:
+    from opdweb.health.models import WorkerPresence
     from opdweb.jobs.actions import do_reap_stale_jobs, do_submit_job
     from opdweb.jobs.models import Job, JobState
-    from opdweb.health.models import WorkerPresence
     from opdweb.traces.models import TraceSeries
 
     first = stack.worker("kill-first")
@@ -215,8 +215,8 @@ def scenario_redis_child(redis_dir: Path, log_dir: Path, jobs: int, settle: floa
     url, _ = start_embedded_redis(redis_dir)
     os.environ["REDIS_URL"] = url
     os.environ.update(FAST)
-    from harness import team_and_user  # noqa: F401  (sets Django up on this Redis)
     from django.conf import settings
+    from harness import team_and_user  # noqa: F401  (sets Django up on this Redis)
 
     from opdweb.jobs.actions import do_resend_lost_messages, do_submit_job
     from opdweb.jobs.broker import waiting_attempts
@@ -326,10 +326,11 @@ async def follow(host: str, cookie: str, job_id: int, steps: int, replayed: asyn
 
 def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, clients: int, steps: int,
                         sleep_s: float) -> dict:
+    from harness import percentile
+
     from opdweb.jobs.actions import check_job_config, enqueue
     from opdweb.jobs.models import Job, JobState
     from workers.science.selftest import SELFTEST_KEYS, selftest_value
-    from harness import percentile
 
     load_at_start = os.getloadavg()[0]
     server, host = stack.daphne()

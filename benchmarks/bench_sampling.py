@@ -37,8 +37,7 @@ def main() -> int:
     from workers.science import engines as _engines  # noqa: F401 - hides a broken torchvision
     from workers.science.config import RolloutConfig, SamplingConfig
     from workers.science.engines.hf import HFEngine, load_tokenizer
-    from workers.science.prompts import resolve_prompt_set
-    from workers.science.prompts import model_task
+    from workers.science.prompts import model_task, resolve_prompt_set
 
     task = (model_task(args.model) or {"task": "arithmetic:3"})["task"]
     tok = load_tokenizer(args.model)

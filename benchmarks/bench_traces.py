@@ -27,10 +27,8 @@ import os
 import time
 
 import numpy as np
-
-from harness import bench_database, make_job, team_and_user
-
 from django.db import connection, transaction  # noqa: E402  (harness set Django up)
+from harness import bench_database, make_job, team_and_user
 
 KEYS, STEPS = 10, 100_000
 WALL0 = 1.7e9

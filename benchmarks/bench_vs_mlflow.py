@@ -39,19 +39,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlencode
 
 import numpy as np
-
-from harness import bench_database, daphne, database_url, load, percentile, team_and_user
-
 from bench_reads import loss_curve, windows  # noqa: E402  (after harness: Django is set up)
 from bench_reads import url as downsampled_url  # noqa: E402
 from bench_traces import WALL0, bench_sink, columns  # noqa: E402
+from harness import bench_database, daphne, database_url, load, percentile, team_and_user
 
 SIDE = Path(__file__).resolve().parent / "mlflow_side.py"
 NOT_AVAILABLE = 2

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_reliability import FAST, Stack, shut_down_redis, wait_for  # noqa: E402  (no Django)
+
 from opdweb.embedded_servers import start_embedded_redis  # noqa: E402
 
 METHODS = {

@@ -24,7 +24,7 @@ class RequestSizeLimit:
             # A chunked body says nothing of its size up front: reading it (already
             # buffered by the ASGI handler) checks the real size against the limit.
             try:
-                request.body
+                _ = request.body
             except RequestDataTooBig:
                 return too_large(f"request body exceeds the limit of {limit} bytes")
         return self.get_response(request)
@@ -50,7 +50,7 @@ class RefuseNulCharacters:
         if request.method == "POST" and request.content_type in FORM_TYPES:
             # Read the raw body first: a view may still want it (the API reads every body
             # as JSON), and a multipart parse would otherwise consume the stream.
-            request.body
+            _ = request.body
             where.append(("form field", request.POST))
         for what, data in where:
             for name, values in data.lists():

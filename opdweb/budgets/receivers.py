@@ -7,9 +7,9 @@ from django.dispatch import receiver
 
 from opdweb.budgets.models import MismatchBudget
 from opdweb.jobs.actions import CONFIG_RESOLVERS
-from opdweb.sandbox import OutsideSandbox, confine_model
 from opdweb.jobs.signals import job_succeeded
 from opdweb.refusals import Refused
+from opdweb.sandbox import OutsideSandbox, confine_model
 from workers.science.budget.results import CalibratedBudget, CalibrationResult
 from workers.science.entrypoints import get_kind
 from workers.science.kinds import Kind

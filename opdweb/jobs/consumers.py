@@ -36,15 +36,15 @@ from bisect import bisect_right
 from collections import deque
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from opdweb.jobs.live import job_group, log_line, state_payload
 from opdweb.jobs.models import Job, JobLogEntry
 from opdweb.teams.access import has_role
 from opdweb.teams.models import Role
-from opdweb.traces.queries import points_after, series_of
 from opdweb.traces.live_format import unpack_live_message
+from opdweb.traces.queries import points_after, series_of
 
 REPLAY_CHUNK = 2000
 LOG_REPLAY_LINES = 1000

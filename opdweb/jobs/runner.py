@@ -20,9 +20,9 @@ from pydantic import BaseModel
 
 from opdweb.jobs import live
 from opdweb.jobs.models import TERMINAL_STATES, Job, JobLogEntry, JobState
-from opdweb.sandbox import confine, product_values
 from opdweb.jobs.signals import job_succeeded
 from opdweb.refusals import Refused
+from opdweb.sandbox import confine, product_values
 from opdweb.traces.sink import TraceSink
 from workers.science.children import ChildFailed
 from workers.science.entrypoints import get_kind

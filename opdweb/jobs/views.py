@@ -21,9 +21,9 @@ from opdweb.jobs.history import history_reads
 from opdweb.jobs.listing import JobListView
 from opdweb.jobs.models import Job, JobState
 from opdweb.jobs.result_charts import presented
-from opdweb.sandbox import product_values
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
+from opdweb.sandbox import product_values
 from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
 from opdweb.traces.models import TraceSeries

@@ -1,6 +1,6 @@
-"""The web process starts fast and without a GPU stack: importing the ASGI application and
-the URL configuration (every view, API route and template tag they reach) imports no
-torch, numpy or model library.  Checked in a fresh interpreter, so nothing an earlier test
+"""The web process starts fast and without a GPU stack: importing the ASGI application, the
+URL configuration (every view, API route and template tag they reach), the Celery app with
+the tasks and the kind registry imports no torch, numpy or model library.  Checked in a fresh interpreter, so nothing an earlier test
 imported can hide an import."""
 import json
 import os
@@ -15,7 +15,7 @@ PROBE = f"""
 import json, sys
 import django
 django.setup()
-import opdweb.asgi, opdweb.urls
+import opdweb.asgi, opdweb.urls, opdweb.celery_app, opdweb.jobs.tasks, workers.science.entrypoints
 print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))
 """
 

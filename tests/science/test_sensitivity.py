@@ -66,6 +66,6 @@ def test_the_recipe_search_finds_the_smallest_passing_count():
 
     for threshold in range(1, 9):
         tried = []
-        assert smallest_passing(1, 8, lambda k: tried.append(k) or k >= threshold) == threshold
+        assert smallest_passing(1, 8, lambda k, tried=tried, threshold=threshold: tried.append(k) or k >= threshold) == threshold
         assert len(tried) <= 4  # binary search: ceil(log2(8)) + 1 trials at most
     assert smallest_passing(1, 8, lambda k: False) is None

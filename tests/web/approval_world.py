@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from opdweb.budgets.models import MismatchBudget
 from tests.web.factories import JobFactory
 from tests.web.results import admission_result

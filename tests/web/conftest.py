@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 import redis as redis_lib
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 
 from opdweb.embedded_servers import free_port, reachable
 from tests.web.factories import MembershipFactory, TeamFactory, UserFactory
@@ -215,3 +215,33 @@ def make_user(db):
         return MembershipFactory(team=team, user=UserFactory(), role=role).user
 
     return make
+
+
+@pytest.fixture
+def page(monkeypatch):
+    """A fresh Chromium page (1280 x 900), closed after the test."""
+    # Playwright's sync API keeps an event loop on this thread; the ORM calls the tests
+    # make between page actions are ordinary blocking calls, not async code.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
+    from playwright.sync_api import sync_playwright
+
+    from tests.web.browser import ARGS, CHROMIUM
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        yield context.new_page()
+        # With Playwright's loop on this thread, the ORM opened connections of its own
+        # for this context; close them so the test database can be dropped.
+        connections.close_all()
+        browser.close()
+
+
+@pytest.fixture(scope="session")
+def toy_student() -> str:
+    """The toy student where ``make run`` builds it: under the data directory's model root."""
+    from workers.science.toy import build_toy_models
+
+    out = settings.DATA_DIR / "toy" / "test"
+    build_toy_models("test", out)
+    return str(out / "student")

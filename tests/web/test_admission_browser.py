@@ -11,24 +11,23 @@ from playwright.sync_api import expect
 
 from opdweb.jobs.models import Job, JobState
 from tests.web.approval_world import make_budget
-from tests.web.test_pages_browser import log_in, page  # noqa: F401 - the browser fixture
-from tests.web.test_science_jobs import toy_student  # noqa: F401 - the session fixture
+from tests.web.browser import log_in
 
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "admission-flow"
 
 
-def shot(page, name: str) -> None:  # noqa: F811
+def shot(page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
-def live_points_of(page, key: str) -> int:  # noqa: F811
+def live_points_of(page, key: str) -> int:
     """The last step of ``key`` the page holds (-1 if none)."""
     return json.loads(page.get_attribute("#job", "data-points") or "{}").get(key, -1)
 
 
 def test_an_admission_check_of_a_preset_config_streams_live_and_gives_a_verdict(
-        member, start_worker, asgi_server, page, toy_student):  # noqa: F811
+        member, start_worker, asgi_server, page, toy_student):
     user, team = member
     budget = make_budget(team, toy_student, value=50.0)
     start_worker()

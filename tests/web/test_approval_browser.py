@@ -11,19 +11,19 @@ from opdweb.approvals.models import ApprovalRequest
 from opdweb.rollouts.models import RolloutConfigRecord
 from opdweb.teams.models import Role
 from tests.web.approval_world import admission_job, make_budget, make_checkpoint
+from tests.web.browser import log_in
 from tests.web.factories import MembershipFactory
-from tests.web.test_pages_browser import log_in, page  # noqa: F401  (the browser fixture)
 
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "approval-flow"
 
 
-def shot(page, name: str) -> None:  # noqa: F811
+def shot(page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def test_a_config_from_a_preset_is_approved_by_a_second_user_and_exported_for_verl(
-        start_asgi_server, page, tmp_path):  # noqa: F811
+        start_asgi_server, page, tmp_path):
     models = tmp_path / "models"
     checkpoint = make_checkpoint(models)
     base = "http://" + start_asgi_server(OPDWEB_MODEL_ROOTS=str(models))

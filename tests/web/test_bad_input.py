@@ -5,8 +5,8 @@ import http.client
 import json
 
 import pytest
-from django.urls import get_resolver
 from django.test import RequestFactory
+from django.urls import get_resolver
 
 from opdweb.jobs.models import Job
 from tests.web.factories import JobFactory

@@ -16,7 +16,6 @@ from opdweb.refusals import Refused
 from opdweb.teams.models import Team
 from tests.web.conftest import wait_for
 from tests.web.results import calibration_result
-from tests.web.test_science_jobs import toy_student  # noqa: F401 - the session fixture
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +34,7 @@ def children_states(parent: Job) -> str:
 
 @pytest.mark.faults
 def test_a_calibration_shares_its_children_among_workers_survives_a_kill_and_feeds_an_admission(
-        member, start_worker, toy_student, settings, service_env):  # noqa: F811
+        member, start_worker, toy_student, settings, service_env):
     # Long enough that a live worker starved of CPU for a moment is not taken for lost
     # (the reaper looks at every running job, the planner's and the survivor's too).
     settings.JOB_STALE_SECONDS = 5.0
@@ -100,7 +99,7 @@ def stored_calibration(team, user, student, budget=50.0):
     return MismatchBudget.objects.get(calibration_job=job)
 
 
-def test_a_newer_calibration_supersedes_and_budgets_are_immutable(member, toy_student):  # noqa: F811
+def test_a_newer_calibration_supersedes_and_budgets_are_immutable(member, toy_student):
     user, team = member
     first = stored_calibration(team, user, toy_student, 50.0)
     second = stored_calibration(team, user, toy_student, 20.0)
@@ -114,7 +113,7 @@ def test_a_newer_calibration_supersedes_and_budgets_are_immutable(member, toy_st
         do_submit_job(team=team, user=user, kind_name="admission", config={"model": toy_student, "budget": first.pk})
 
 
-def test_bad_budget_references_and_calibration_configs_are_refused_and_write_nothing(member, toy_student):  # noqa: F811
+def test_bad_budget_references_and_calibration_configs_are_refused_and_write_nothing(member, toy_student):
     user, team = member
     other_team = Team.objects.create(name="other", slug="other")
     theirs = stored_calibration(other_team, None, toy_student)

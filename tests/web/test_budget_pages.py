@@ -7,9 +7,9 @@ import re
 from playwright.sync_api import expect
 
 from opdweb.jobs.models import Job, JobState
+from tests.web.browser import log_in
 from tests.web.results import admission_result
 from tests.web.test_budget_jobs import stored_calibration
-from tests.web.test_pages_browser import log_in, page  # noqa: F401 - the browser fixture
 
 CURVE = [
     {"target": 10.0, "multiple": 9.1, "multiple_ci": [7.0, 11.0], "setting": {"noise_sigma": 0.02},
@@ -54,7 +54,7 @@ def test_members_see_budgets_and_verdicts_and_outsiders_get_404(member, outsider
     assert client.get(f"/jobs/new/?clone={check.pk}").status_code == 404
 
 
-def test_the_budget_curve_is_drawn_with_the_check_on_it(member, asgi_server, page):  # noqa: F811
+def test_the_budget_curve_is_drawn_with_the_check_on_it(member, asgi_server, page):
     user, team = member
     budget, _ = a_budget_with_a_check(team, user)
     base = f"http://{asgi_server}"

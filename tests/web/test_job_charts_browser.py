@@ -6,8 +6,8 @@ from playwright.sync_api import expect
 
 from opdweb.jobs.models import Job, JobState
 from opdweb.traces.sink import TraceSink
+from tests.web.browser import log_in
 from tests.web.test_job_result_charts import DRIFT, SENSITIVITY
-from tests.web.test_pages_browser import log_in, page  # noqa: F401 - the browser fixture
 
 
 def finished_job_with_traces(team, user, name="fp8", steps=500, scale=1.0):
@@ -27,7 +27,7 @@ def chart_state(page, selector="#charts .chart"):
                                            "names: d.data.map(t => t.name), points: d.data[2].x.length})")
 
 
-def test_chart_controls_overlay_smooth_log_and_zoom(member, asgi_server, page):  # noqa: F811
+def test_chart_controls_overlay_smooth_log_and_zoom(member, asgi_server, page):
     user, team = member
     job = finished_job_with_traces(team, user)
     base = f"http://{asgi_server}"
@@ -93,7 +93,7 @@ def test_chart_controls_overlay_smooth_log_and_zoom(member, asgi_server, page): 
     expect(page.locator("#glossary")).to_contain_text("Effective sample size")
 
 
-def test_the_page_reads_its_charts_in_batches_started_from_its_head(member, asgi_server, page):  # noqa: F811
+def test_the_page_reads_its_charts_in_batches_started_from_its_head(member, asgi_server, page):
     """20 keys: two batched reads (16 + 4 keys), asked before plotly has run, and no read per
     key; the charts follow key order whatever order the answers come in; a series that
     went NaN is drawn with its gap, and the page raises no error."""
@@ -129,7 +129,7 @@ def test_the_page_reads_its_charts_in_batches_started_from_its_head(member, asgi
     assert errors == []
 
 
-def test_sensitivity_and_drift_results_are_drawn(member, asgi_server, page):  # noqa: F811
+def test_sensitivity_and_drift_results_are_drawn(member, asgi_server, page):
     user, team = member
     scan = Job.objects.create(team=team, created_by=user, kind="sensitivity", state=JobState.SUCCEEDED,
                               config={"unit": "module"}, result=SENSITIVITY)
@@ -148,7 +148,7 @@ def test_sensitivity_and_drift_results_are_drawn(member, asgi_server, page):  # 
     assert page.eval_on_selector("#drift-prefix", "d => d.data[0].y") == [1.0, 1.0, 1.0, 0.5]
 
 
-def test_compare_from_the_list(member, asgi_server, page):  # noqa: F811
+def test_compare_from_the_list(member, asgi_server, page):
     user, team = member
     a = finished_job_with_traces(team, user, "bf16", steps=50, scale=1.0)
     b = finished_job_with_traces(team, user, "fp8_e4m3", steps=50, scale=2.0)
@@ -173,7 +173,7 @@ def test_compare_from_the_list(member, asgi_server, page):  # noqa: F811
     expect(page.locator("#compare-parameters tr")).to_have_count(1)
 
 
-def test_the_list_follows_running_jobs_and_the_page_says_live(member, asgi_server, page):  # noqa: F811
+def test_the_list_follows_running_jobs_and_the_page_says_live(member, asgi_server, page):
     user, team = member
     running = Job.objects.create(team=team, created_by=user, kind="selftest", name="long", state=JobState.RUNNING,
                                  progress=0.2, config={"steps": 3})

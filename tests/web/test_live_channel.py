@@ -7,7 +7,6 @@ from websockets.asyncio.client import connect
 
 from opdweb.jobs.actions import do_submit_job
 from opdweb.jobs.models import Job, JobState
-from tests.web.conftest import wait_for
 from tests.web.factories import JobFactory
 from workers.science.selftest import SELFTEST_KEYS, selftest_value
 

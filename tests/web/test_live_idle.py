@@ -5,7 +5,6 @@ import json
 import time
 
 import pytest
-
 from django.db import connection
 from websockets.asyncio.client import connect
 

@@ -5,12 +5,12 @@ import json
 
 from playwright.sync_api import expect
 
-from opdweb.rollouts.actions import do_create_config
 from opdweb.registry.models import RegisteredModel
-from tests.web.test_pages_browser import log_in, page  # noqa: F401 - page is a fixture
+from opdweb.rollouts.actions import do_create_config
+from tests.web.browser import log_in
 
 
-def test_picking_registered_models_fills_the_config_and_the_checkpoint(member, asgi_server, page):  # noqa: F811
+def test_picking_registered_models_fills_the_config_and_the_checkpoint(member, asgi_server, page):
     user, team = member
     for name, kind in (("toy student", "student"), ("toy teacher", "teacher")):
         RegisteredModel.objects.create(team=team, name=name, kind=kind, path=f"/models/{kind}")

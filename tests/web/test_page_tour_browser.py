@@ -11,15 +11,15 @@ from opdweb.rollouts.actions import do_create_config
 from opdweb.teams.models import Role
 from opdweb.traces.sink import TraceSink
 from tests.web.approval_world import admission_job, make_budget, make_checkpoint
+from tests.web.browser import log_in
 from tests.web.factories import JobFactory, MembershipFactory
 from tests.web.test_budget_pages import CURVE
 from tests.web.test_job_result_charts import SENSITIVITY
-from tests.web.test_pages_browser import log_in, page  # noqa: F401 - the browser fixture
 
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "pages"
 
 
-def test_every_page_renders_without_errors(start_asgi_server, page, tmp_path, settings):  # noqa: F811
+def test_every_page_renders_without_errors(start_asgi_server, page, tmp_path, settings):
     models = tmp_path / "models"
     settings.OPDWEB_MODEL_ROOTS = [models]
     checkpoint = make_checkpoint(models)

@@ -19,7 +19,7 @@ def test_every_admin_changelist_and_change_page_loads(client, member):
     sink.flush()
     superuser = get_user_model().objects.create_superuser("root", "root@example.com", "pw-root-123")
     client.force_login(superuser)
-    for model, model_admin in admin.site._registry.items():
+    for model in admin.site._registry:
         meta = model._meta
         url = f"/admin/{meta.app_label}/{meta.model_name}/"
         assert client.get(url).status_code == 200, url

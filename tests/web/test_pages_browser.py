@@ -2,42 +2,12 @@
 job through the form, watch it stream live to the end, cancel another."""
 import re
 
-import pytest
-from django.db import connections
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from opdweb.jobs.models import Job, JobState
 from opdweb.traces.models import TraceSeries
+from tests.web.browser import log_in
 from tests.web.conftest import wait_for
-from tests.web.factories import PASSWORD
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
-
-
-@pytest.fixture
-def page(monkeypatch):
-    # Playwright's sync API keeps an event loop on this thread; the ORM calls the tests
-    # make between page actions are ordinary blocking calls, not async code.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        yield context.new_page()
-        # With Playwright's loop on this thread, the ORM opened connections of its own
-        # for this context; close them so the test database can be dropped.
-        connections.close_all()
-        browser.close()
-
-
-def log_in(page, base, user):
-    page.goto(f"{base}/jobs/")
-    expect(page).to_have_url(re.compile(r"/login/"))
-    page.fill("input[name=username]", user.username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    expect(page.locator("h1")).to_have_text("Jobs")
 
 
 def test_a_member_submits_a_job_and_watches_it_live(member, start_worker, asgi_server, page, tmp_path):

@@ -1,36 +1,14 @@
 """Science job kinds through the whole stack: a real worker runs the admission
 measurement on the toy student and stores its report and traces."""
-import subprocess
-import sys
 
 import pytest
 from django.conf import settings
 
 from opdweb.jobs.actions import check_job_config, do_submit_job
-from opdweb.refusals import Refused
 from opdweb.jobs.models import Job, JobState
+from opdweb.refusals import Refused
 from opdweb.traces.models import TraceSeries
-from tests.web.conftest import ROOT, wait_for
-
-
-@pytest.fixture(scope="session")
-def toy_student() -> str:
-    """The toy student where ``make run`` builds it: under the data directory's model root."""
-    from workers.science.toy import build_toy_models
-
-    out = settings.DATA_DIR / "toy" / "test"
-    build_toy_models("test", out)
-    return str(out / "student")
-
-
-def test_the_web_process_never_imports_torch():
-    code = (
-        "import os, sys, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'opdweb.settings'); django.setup();"
-        "import opdweb.urls, opdweb.asgi, opdweb.celery_app, opdweb.jobs.tasks, workers.science.entrypoints;"
-        "heavy = sorted(m for m in ('torch', 'transformers', 'vllm', 'numpy.linalg') if m in sys.modules); print(heavy)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+from tests.web.conftest import wait_for
 
 
 def test_a_science_config_is_validated_before_anything_is_written(db):

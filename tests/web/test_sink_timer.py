@@ -16,9 +16,9 @@ from websockets.asyncio.client import connect
 from opdweb.jobs import live
 from opdweb.jobs.actions import do_submit_job
 from opdweb.jobs.models import Job, JobState
-from opdweb.traces.models import TracePoint, TraceSeries
 from opdweb.traces.live_format import unpack_live_message
 from opdweb.traces.live_packing import LIVE_MESSAGE_POINTS
+from opdweb.traces.models import TracePoint, TraceSeries
 from opdweb.traces.sink import TraceSink
 from tests.web.conftest import wait_for
 from tests.web.factories import JobFactory

@@ -11,7 +11,6 @@ from opdweb.jobs.models import Job, JobState
 from opdweb.refusals import Refused
 from opdweb.traces.models import TraceSeries
 from tests.web.conftest import wait_for
-from tests.web.test_science_jobs import toy_student  # noqa: F401 - the session fixture
 
 
 def train_config(student: str, **extra) -> dict:
@@ -20,7 +19,7 @@ def train_config(student: str, **extra) -> dict:
             "eval_every": 2, "eval_prompts": 16, "checkpoint_every": 2, "device": "cpu", **extra}
 
 
-def test_a_worker_runs_a_training_job_and_keeps_its_checkpoints_in_the_jobs_run_directory(member, start_worker, toy_student):  # noqa: F811
+def test_a_worker_runs_a_training_job_and_keeps_its_checkpoints_in_the_jobs_run_directory(member, start_worker, toy_student):
     user, team = member
     worker = start_worker()
     job = do_submit_job(team=team, user=user, kind_name="train", config=train_config(toy_student))
@@ -37,7 +36,7 @@ def test_a_worker_runs_a_training_job_and_keeps_its_checkpoints_in_the_jobs_run_
     assert "eval/accuracy" in series and "mismatch/k3" in series
 
 
-def test_a_config_cannot_choose_where_a_job_writes(member, toy_student, tmp_path):  # noqa: F811
+def test_a_config_cannot_choose_where_a_job_writes(member, toy_student, tmp_path):
     user, team = member
     with pytest.raises(Refused) as refused:
         do_submit_job(team=team, user=user, kind_name="train", config=train_config(toy_student, out=str(tmp_path)))
@@ -46,7 +45,7 @@ def test_a_config_cannot_choose_where_a_job_writes(member, toy_student, tmp_path
 
 
 @pytest.mark.slow
-def test_a_worker_trains_through_the_vllm_engine(member, start_worker, toy_student):  # noqa: F811
+def test_a_worker_trains_through_the_vllm_engine(member, start_worker, toy_student):
     user, team = member
     worker = start_worker()
     config = train_config(toy_student, rollout={"engine": "vllm", "dtype": "bf16"})
@@ -62,7 +61,7 @@ def test_a_worker_trains_through_the_vllm_engine(member, start_worker, toy_stude
 
 @pytest.mark.faults
 def test_a_worker_killed_mid_training_resumes_from_its_last_checkpoint_without_duplicate_points(
-        member, start_worker, toy_student, settings, service_env):  # noqa: F811
+        member, start_worker, toy_student, settings, service_env):
     import signal
 
     from opdweb.jobs.actions import do_reap_stale_jobs
