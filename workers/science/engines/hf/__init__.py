@@ -7,7 +7,8 @@ One module per concern, the engine a thin composition of them:
 * :mod:`.staleness`  the snapshot ring and loading the weights of k steps ago
 * :mod:`.fp8_linear` the FP8 W8A8 linear layer (``torch._scaled_mm`` or exact emulation)
 * :mod:`.prepare`    applying a rollout config to the weights (:class:`PreparedModel`)
-* :mod:`.kv_cache`   the FP8 KV cache (scales calibrated on the prefill)
+* :mod:`.kv_scales`  static FP8 KV scales per checkpoint (from the checkpoint, a stored calibration, or one run)
+* :mod:`.kv_cache`   the FP8 KV cache, quantizing keys and values with those static scales
 * :mod:`.sampling`   left padding, positions, inverse-CDF sampling with common random numbers
 * :mod:`.engine`     :class:`HFEngine` (``sample`` / ``score``)
 """
