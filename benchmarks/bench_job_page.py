@@ -98,7 +98,8 @@ def main() -> int:
             for _ in range(args.reps):
                 with tempfile.TemporaryDirectory() as profile:
                     context = p.chromium.launch_persistent_context(
-                        profile, executable_path=CHROMIUM, args=ARGS, headless=True, viewport={"width": 1280, "height": 900})
+                        profile, executable_path=CHROMIUM, args=ARGS, headless=True,
+                        viewport={"width": 1280, "height": 900})
                     context.add_cookies([{"name": name, "value": value, "domain": "127.0.0.1", "path": "/"}])
                     for visit in range(2 + args.returning):
                         page = context.new_page()
@@ -107,9 +108,10 @@ def main() -> int:
                         page.close()
                     context.close()
         print(f"\nJob page, {args.keys} keys x {args.steps:,} points, Chromium headless, {args.reps} fresh profiles:")
-        print(f"  {'':12s} {'loads':>5s} {'first chart p50':>16s} {'p95':>8s} {'all charts p50':>15s} {'p95':>8s}  bytes received")
+        print(f"  {'':12s} {'loads':>5s} {'first chart p50':>16s} {'p95':>8s} "
+              f"{'all charts p50':>15s} {'p95':>8s}  bytes received")
         for kind, rows in results.items():
-            first, every, size, _ = zip(*rows)
+            first, every, size, _ = zip(*rows, strict=True)
             print(f"  {kind:12s} {len(rows):5d} {percentile(first, 50):13.0f} ms {percentile(first, 95):5.0f} ms "
                   f"{percentile(every, 50):12.0f} ms "
                   f"{percentile(every, 95):5.0f} ms  {min(size):,}-{max(size):,}")

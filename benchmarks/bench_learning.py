@@ -99,7 +99,8 @@ def main() -> int:
     ap.add_argument("--teacher", default="var/toy/demo/teacher")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=100_000, help="at most this many steps (the budget usually stops first)")
+    ap.add_argument("--steps", type=int, default=100_000,
+                    help="at most this many steps (the budget usually stops first)")
     ap.add_argument("--budget-s", type=float, default=600.0, help="wall-clock seconds per run")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--noise-sigma", type=float, default=0.0)

@@ -81,7 +81,7 @@ def main() -> int:
         team, _, cookie = team_and_user()
         with daphne() as host:
             print("\nLive latency, log() in a separate process -> websocket client on daphne:")
-            for rate, duration in zip(rates, seconds):
+            for rate, duration in zip(rates, seconds, strict=False):
                 job = make_job(team, f"live {rate:g}/s")
                 ms = asyncio.run(follow(host, cookie, job.pk, rate, duration))
                 print(f"  {rate:6g} points/s, {len(ms):6,} points: p50 {percentile(ms, 50):6.1f} ms  "

@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="var/toy/demo/student")
-    ap.add_argument("--build", choices=["test", "demo"], default=None, help="build toy models first (into var/toy/SIZE)")
+    ap.add_argument("--build", choices=["test", "demo"], default=None,
+                    help="build toy models first (into var/toy/SIZE)")
     ap.add_argument("--prompts", type=int, default=256)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=64)
@@ -112,7 +113,8 @@ def main() -> int:
     floor = med(floors)
     out = {
         "model": model, "device": args.device, "threads": args.threads, "prompts": args.prompts,
-        "max_new_tokens": args.max_new_tokens, "tokens": tokens, "config": rollout.model_dump(mode="json", exclude_defaults=True),
+        "max_new_tokens": args.max_new_tokens, "tokens": tokens,
+        "config": rollout.model_dump(mode="json", exclude_defaults=True),
         "multiple": report["multiple"], "multiple_ci": report["multiple_ci"],
         "floor_s": round(floor, 3), "core_s": round(med(cores), 3), "warm_end_to_end_s": round(med(warms), 3),
         "cold_end_to_end_s": round(med(colds), 3),
@@ -161,8 +163,10 @@ def precision(args) -> int:
         if r.get("unit_factor"):
             rows["unit factor (vllm BF16 / hf BF16)"] = {
                 "value": round(r["unit_factor"]["value"], 3), "ci": [round(c, 3) for c in r["unit_factor"]["ci"]],
-                "prompts": r["prompts"], "units": {k: {"multiple": round(u["multiple"], 3), "ci": [round(c, 3) for c in u["multiple_ci"]],
-                                                       "floor": round(u["floor"]["value"], 3)} for k, u in r["units"].items()}}
+                "prompts": r["prompts"], "units": {k: {"multiple": round(u["multiple"], 3),
+                                                       "ci": [round(c, 3) for c in u["multiple_ci"]],
+                                                       "floor": round(u["floor"]["value"], 3)}
+                                                   for k, u in r["units"].items()}}
     print(json.dumps({"model": args.model, "target_ci": args.target_ci, "max_new_tokens": args.max_new_tokens,
                       "threads": args.threads, "results": rows}, indent=1))
     return 0

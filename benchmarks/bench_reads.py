@@ -9,7 +9,7 @@ at random places, on one keep-alive connection.  Per cell: p50 / p95 / max of th
 request (send, server, gzip as a browser accepts it, receive, gunzip, JSON decode), the same read in process (``downsample``:
 PostgreSQL and Python only), the rollup level used and the buckets returned; and the
 number of SQL queries one request makes (Django's query log, in process).
-"""
+"""  # noqa: E501
 from __future__ import annotations
 
 import argparse
@@ -87,14 +87,17 @@ def main() -> int:
             t = time.perf_counter()
             jobs[n] = ingest(team, n)
             print(f"ingested {n:,} points through the sink in {time.perf_counter() - t:.1f} s", flush=True)
-        print(f"\nSQL queries per downsampled-read request (in process): {queries_per_request(user, jobs[sizes[0]][0].pk)}")
+        print(f"\nSQL queries per downsampled-read request (in process): "
+              f"{queries_per_request(user, jobs[sizes[0]][0].pk)}")
         rng = np.random.default_rng(0)
         with daphne() as host:
             conn = http.client.HTTPConnection(host)
             headers = {"Cookie": cookie, "Accept-Encoding": "gzip, deflate"}  # as a browser asks
-            print(f"\nDownsampled reads, 1,000 buckets, over HTTP through daphne (one keep-alive connection), {args.reps} "
+            print(f"\nDownsampled reads, 1,000 buckets, over HTTP through daphne (one keep-alive connection), "
+                  f"{args.reps} "
                   "requests per cell; in process = downsample() alone:")
-            print(f"  {'points':>9s}  {'window':6s}  {'HTTP p50':>9s} {'p95':>7s} {'max':>7s}   {'in process p50':>14s} {'p95':>6s}"
+            print(f"  {'points':>9s}  {'window':6s}  {'HTTP p50':>9s} {'p95':>7s} {'max':>7s}"
+                  f"   {'in process p50':>14s} {'p95':>6s}"
                   "   level  buckets")
             for n in sizes:
                 job, series = jobs[n]

@@ -401,7 +401,8 @@ def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, client
             "stored_lost": sum(s[0] for s in stored), "stored_duplicated": sum(s[1] for s in stored),
             "live_points": len(ms), "min_ms": min(ms) if ms else float("nan"), "p50_by_quarter_ms": quarters,
             "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95),
-            "max_ms": max(ms) if ms else float("nan"), "seconds": elapsed, "daphne_cpu_s": cpu[0], "clients_cpu_s": cpu[1],
+            "max_ms": max(ms) if ms else float("nan"), "seconds": elapsed, "daphne_cpu_s": cpu[0],
+            "clients_cpu_s": cpu[1],
             "rss_before_mb": rss_before, "rss_peak_mb": peak[0], "rss_after_mb": rss_after,
             "all_succeeded": states == [JobState.SUCCEEDED], "load_at_start": load_at_start}
 

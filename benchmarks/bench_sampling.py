@@ -43,7 +43,8 @@ def main() -> int:
     tok = load_tokenizer(args.model)
     prompts = [tok(p).input_ids for p in resolve_prompt_set(task, args.prompts, 0).prompts()]
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, ignore_eos=True)
-    results = {"model": args.model, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "threads": args.threads}
+    results = {"model": args.model, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
+               "threads": args.threads}
     for name in args.engines.split(","):
         t0 = time.perf_counter()
         if name == "hf":

@@ -64,7 +64,7 @@ def bench_sink(team, publish: bool, keys: int = KEYS, steps: int = STEPS):
     start = time.perf_counter()
     sink = TraceSink(job.pk, publish=(lambda messages: live.publish(job.pk, messages)) if publish else None)
     for step in range(steps):
-        sink.add(step, {name: col[step] for name, col in zip(names, cols)}, wall_time=WALL0 + step)
+        sink.add(step, {name: col[step] for name, col in zip(names, cols, strict=True)}, wall_time=WALL0 + step)
     sink.close()
     elapsed = time.perf_counter() - start
     if publish:
@@ -111,7 +111,7 @@ def bench_bulk_create(team) -> float:
     with transaction.atomic():
         TracePoint.objects.bulk_create(
             (TracePoint(series_id=sid, step=s, wall_time=WALL0 + s, value=vals[s])
-             for s in range(STEPS) for sid, vals in zip(ids, cols)),
+             for s in range(STEPS) for sid, vals in zip(ids, cols, strict=True)),
             batch_size=10_000,
         )
     return time.perf_counter() - start
@@ -146,7 +146,8 @@ def main() -> int:
         for name, seconds in results.items():
             best = min(seconds)
             every = ", ".join(f"{s:.2f}" for s in seconds)
-            print(f"  {name:22s} {best:6.2f} s  {n / best:10,.0f} points/s  {logged / best:5.0%} / {by_series / best:4.0%}"
+            print(f"  {name:22s} {best:6.2f} s  {n / best:10,.0f} points/s  "
+                  f"{logged / best:5.0%} / {by_series / best:4.0%}"
                   f"   (runs: {every} s; this process's CPU {min(cpu[name]):.2f} s)")
         print(f"  (load average before / after: {load0} / {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
     return 0

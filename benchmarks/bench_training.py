@@ -8,7 +8,7 @@ forward and backward, AdamW step, IS and mismatch statistics, trace).  The bare 
 same three passes on the same problems with nothing around them: sampling from an engine
 already built, the teacher's full-vocabulary score, the student's forward and backward of
 the full reverse KL.  Medians over ``--steps`` steps after one warm-up step.
-"""
+"""  # noqa: E501
 from __future__ import annotations
 
 import argparse

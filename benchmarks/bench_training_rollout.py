@@ -9,7 +9,7 @@ vllm: the trainer's weights pushed into the one running engine, then sampling), 
 sampled tokens per second, and for vllm the weight sync alone (``time/weight_sync_s``).
 Medians over the steps after the first; vLLM's engine start is timed separately (it is
 paid once per run, before step 1).
-"""
+"""  # noqa: E501
 from __future__ import annotations
 
 import argparse
@@ -42,13 +42,13 @@ def run(engine: str, args) -> dict:
     med = statistics.median
     rollout_s, tokens_per_s = series("time/rollout_s"), series("perf/tokens_per_s")
     result = {"rollout_s": med(rollout_s), "tokens_per_s": med(tokens_per_s),
-              "tokens_per_step": med(r * t for r, t in zip(rollout_s, tokens_per_s)),
+              "tokens_per_step": med(r * t for r, t in zip(rollout_s, tokens_per_s, strict=False)),
               "step_s": med(series("time/step_s")), "run_wall_s": wall,
               "mismatch_multiple": med(series("mismatch/multiple"))}
     if engine == "vllm":
         result["weight_sync_s"] = med(series("time/weight_sync_s"))
         result["sampling_tokens_per_s"] = med(t * r / (r - s) for t, r, s in
-                                              zip(tokens_per_s, rollout_s, series("time/weight_sync_s")))
+                                              zip(tokens_per_s, rollout_s, series("time/weight_sync_s"), strict=False))
     return {k: round(v, 4) for k, v in result.items()}
 
 

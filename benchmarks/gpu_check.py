@@ -38,12 +38,14 @@ def fp8_real_vs_emulated(model: str, prompts: int, out: dict, device: str = "cud
             r = run_mismatch(job).model_dump(mode="json")
             rows.append({"weight_scale": scale, "fp8_matmul": backend, "backend_used": r["engine"].get("fp8_backend"),
                          "multiple": r["multiple"], "multiple_ci": r["multiple_ci"], "k3": r["value"],
-                         "bf16_k3": r["reference_value"], "tokens": r["tokens"], "wall_s": round(time.perf_counter() - t0, 2)})
+                         "bf16_k3": r["reference_value"], "tokens": r["tokens"],
+                         "wall_s": round(time.perf_counter() - t0, 2)})
             log(json.dumps(rows[-1]))
     out["fp8_real_vs_emulated"] = rows
 
 
-def qwen15b_admission(prompts: int, max_new_tokens: int, batch: int, out: dict, device: str = "cuda", tiny: bool = False) -> None:
+def qwen15b_admission(prompts: int, max_new_tokens: int, batch: int, out: dict, device: str = "cuda",
+                      tiny: bool = False) -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -54,7 +56,8 @@ def qwen15b_admission(prompts: int, max_new_tokens: int, batch: int, out: dict, 
 
     shape = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2) if tiny else \
         dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28)
-    conf = Qwen2Config(vocab_size=151936, **shape, num_attention_heads=2 if tiny else 12, num_key_value_heads=2, max_position_embeddings=32768,
+    conf = Qwen2Config(vocab_size=151936, **shape, num_attention_heads=2 if tiny else 12, num_key_value_heads=2,
+                       max_position_embeddings=32768,
                        rope_theta=1000000.0, tie_word_embeddings=True, rms_norm_eps=1e-6, bos_token_id=1,
                        eos_token_id=1, pad_token_id=0)
     tmp = Path(tempfile.mkdtemp(prefix="qwen15b-random-"))
@@ -94,12 +97,14 @@ def qwen15b_admission(prompts: int, max_new_tokens: int, batch: int, out: dict, 
     floor_s = time.perf_counter() - t0
     out["qwen15b_admission"] = {
         "prompts": prompts, "max_new_tokens": max_new_tokens, "tokens": warm["tokens"],
-        "fp8_backend": warm["engine"].get("fp8_backend"), "multiple": warm["multiple"], "multiple_ci": warm["multiple_ci"],
+        "fp8_backend": warm["engine"].get("fp8_backend"), "multiple": warm["multiple"],
+        "multiple_ci": warm["multiple_ci"],
         "cold_end_to_end_s": round(cold_s, 2), "warm_end_to_end_s": round(warm_s, 2), "floor_s": round(floor_s, 2),
         "timing_warm": warm["timing"], "shape": "tiny (CPU dry run)" if tiny else "Qwen2.5-1.5B",
     }
     if device == "cuda":
-        out["qwen15b_admission"].update(gpu=torch.cuda.get_device_name(0), capability=list(torch.cuda.get_device_capability(0)),
+        out["qwen15b_admission"].update(gpu=torch.cuda.get_device_name(0),
+                                        capability=list(torch.cuda.get_device_capability(0)),
                                         max_memory_gib=round(torch.cuda.max_memory_allocated() / 2**30, 1))
     log(json.dumps(out["qwen15b_admission"]))
 

@@ -46,7 +46,7 @@ def ingest(uri: str, points: str, run_name: str, fresh: bool) -> dict:
     start = time.perf_counter()
     for i, step in enumerate(steps):
         timestamp = int((wall0 + step) * 1000)
-        for key, column in zip(keys, columns):
+        for key, column in zip(keys, columns, strict=True):
             metrics.append(Metric(key, column[i], timestamp, step))
         if len(metrics) >= BATCH:
             client.log_batch(run_id, metrics=metrics[:BATCH])

@@ -82,7 +82,8 @@ def run(args, team, user, student: str, teacher: str) -> dict:
 
     out: dict = {"settings": {k: v for k, v in vars(args).items() if k != "lr"} | {"lr": args.lr}}
     started = time.monotonic()
-    calibrations = {m: submit(team, user, "calibration", calibration_config(args, student, teacher, m), f"calibrate {m}")
+    calibrations = {m: submit(team, user, "calibration", calibration_config(args, student, teacher, m),
+                              f"calibrate {m}")
                     for m in args.methods}
     late = None
     if args.late_steps:
@@ -93,7 +94,8 @@ def run(args, team, user, student: str, teacher: str) -> dict:
     ttq = submit(team, user, "time-to-quality", {
         "model": student, "teacher": teacher, "method": "opd", "loss": "full", "seeds": args.seeds,
         "target": args.ttq_target, "steps": args.ttq_steps, "batch_size": args.batch_size, "eval_every": 5,
-        "eval_prompts": args.eval_prompts, "device": "cpu", "threads": 1}, "time to quality") if args.ttq_steps else None
+        "eval_prompts": args.eval_prompts, "device": "cpu", "threads": 1},
+                 "time to quality") if args.ttq_steps else None
 
     out["budgets"] = {}
     for method, job in calibrations.items():
@@ -120,7 +122,8 @@ def run(args, team, user, student: str, teacher: str) -> dict:
         late_check = finished(submit(team, user, "admission", {"model": checkpoint, "rollout": FP8_W_KV,
                                                                 "budget": budget.pk, "prompts": args.admission_prompts},
                                      "FP8 W + KV at the late checkpoint"), args.timeout)
-        out["late"] = {"step": args.late_steps, "train_result": {k: late.result.get(k) for k in ("start_accuracy", "final_accuracy")},
+        out["late"] = {"step": args.late_steps,
+                       "train_result": {k: late.result.get(k) for k in ("start_accuracy", "final_accuracy")},
                        "budget": {"id": budget.pk, **job.result}, "admission": {
                            k: late_check.result.get(k) for k in ("verdict", "multiple", "multiple_ci", "margin")}}
     if ttq is not None:
@@ -144,9 +147,11 @@ def tables(r: dict) -> str:
         a = r["admission"]
         recipe = a.get("recipe") or {}
         lines += ["", f"FP8 W + KV against the OPD budget: **{a['verdict']}** at {a['multiple']:.3g}x "
-                      f"(CI {a['multiple_ci'][0]:.3g}–{a['multiple_ci'][1]:.3g}), margin {a['margin']:.2f}, KV capacity "
+                      f"(CI {a['multiple_ci'][0]:.3g}–{a['multiple_ci'][1]:.3g}), margin {a['margin']:.2f}, "
+                      f"KV capacity "
                       f"{a['kv_capacity_gain']:.2f}x; cheapest recipe within budget: "
-                      + (f"{recipe['label']} ({recipe['multiple']:.3g}x, KV {recipe['capacity']:.2f}x)" if recipe else "none")]
+                      + (f"{recipe['label']} ({recipe['multiple']:.3g}x, KV {recipe['capacity']:.2f}x)"
+                         if recipe else "none")]
     if "late" in r:
         late = r["late"]
         lines += ["", f"Late checkpoint (step {late['step']}): budget {late['budget']['budget']:.3g}x "
@@ -154,23 +159,25 @@ def tables(r: dict) -> str:
                       f"{late['admission']['multiple']:.3g}x"]
     if "time_to_quality" in r:
         t = r["time_to_quality"]
-        lines += ["", "| arm | reached | measured s (mean) | modelled s (mean) | speed-up measured | speed-up modelled |",
+        lines += ["",
+                  "| arm | reached | measured s (mean) | modelled s (mean) | speed-up measured | speed-up modelled |",
                   "|---|---|---|---|---|---|"]
         for arm in t["arms"]:
             lines.append(f"| {arm['name']} | {arm['reached_fraction']:.2f} | {arm['measured_s']['mean']} | "
-                         f"{arm['modelled_s']['mean']} | {arm['speedup_measured']['mean']} | {arm['speedup_modelled']['mean']} |")
+                         f"{arm['modelled_s']['mean']} | {arm['speedup_measured']['mean']} | "
+                         f"{arm['speedup_modelled']['mean']} |")
     return "\n".join(lines)
 
 
 PLOT_PAGE = """<!doctype html><html><head><script>{plotly}</script></head>
 <body style="margin:0"><div id="c" style="width:900px;height:480px"></div>
-<script>Plotly.newPlot("c", {traces}, {layout}, {{staticPlot: true}}).then(() => document.title = "done");</script></body></html>"""
+<script>Plotly.newPlot("c", {traces}, {layout}, {{staticPlot: true}}).then(() => document.title = "done");</script></body></html>"""  # noqa: E501
 
 
 def budget_figure(r: dict) -> tuple[list, dict]:
     colours = ["#1971c2", "#e03131", "#2f9e44", "#f08c00", "#7048e8"]
     traces = []
-    for colour, (method, b) in zip(colours, r["budgets"].items()):
+    for colour, (method, b) in zip(colours, r["budgets"].items(), strict=False):
         xs = [1.0] + [c["multiple"] for c in b["curve"]]
         ys = [100 * b["baseline"]["mean"]] + [100 * c["accuracy_mean"] for c in b["curve"]]
         sd = [100 * b["baseline"]["sd"]] + [100 * c["accuracy_sd"] for c in b["curve"]]
@@ -187,7 +194,8 @@ def budget_figure(r: dict) -> tuple[list, dict]:
 def render_png(traces: list, layout: dict, path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
-    html = PLOT_PAGE.format(plotly=(ROOT / "static/vendor/plotly-cartesian.min.js").read_text(), traces=json.dumps(traces),
+    html = PLOT_PAGE.format(plotly=(ROOT / "static/vendor/plotly-cartesian.min.js").read_text(),
+                            traces=json.dumps(traces),
                             layout=json.dumps(layout))
     with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False) as fh:
         fh.write(html)
@@ -214,7 +222,8 @@ def main() -> int:
     ap.add_argument("--measure-prompts", type=int, default=256)
     ap.add_argument("--admission-prompts", type=int, default=256)
     ap.add_argument("--late-steps", type=int, default=0, help="also calibrate a checkpoint trained this far (0: skip)")
-    ap.add_argument("--ttq-steps", type=int, default=0, help="time-to-quality runs of at most this many steps (0: skip)")
+    ap.add_argument("--ttq-steps", type=int, default=0,
+                    help="time-to-quality runs of at most this many steps (0: skip)")
     ap.add_argument("--ttq-target", type=float, default=0.4)
     ap.add_argument("--lr", default="", help="per-method learning rates, e.g. grpo=3e-5,opd:full=1e-4")
     ap.add_argument("--toy", default="var/toy/demo", help="where the demo pair is (built there when missing)")

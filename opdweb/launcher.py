@@ -69,7 +69,8 @@ def worker_commands(env: dict) -> list[tuple[str, list[str], dict]]:
     commands.append(("cpu worker", celery + ["-Q", "cpu", "--pool", "solo", "-n", "cpu@%h"],
                      {**env, "OPDWEB_WORKER_DEVICE": "cpu"}))
     commands.append(("control worker", celery + ["-Q", "control", "--pool", "threads", "--concurrency", "2", "-B",
-                                                 "--schedule", str(data_dir() / "celerybeat-schedule"), "-n", "control@%h"],
+                                                 "--schedule", str(data_dir() / "celerybeat-schedule"),
+                                                 "-n", "control@%h"],
                      {**env, "OPDWEB_WORKER_DEVICE": "cpu"}))
     return commands
 
@@ -111,8 +112,10 @@ def run(args) -> int:
         if reachable(host, port):
             print(f"opdweb: port {port} is taken; set OPDWEB_PORT or pass --port", file=sys.stderr)
             return 1
-        web = ("web server", [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "opdweb.asgi:application"], env)
-        supervisor.children = [Child(name, command, child_env, ROOT) for name, command, child_env in [web, *worker_commands(env)]]
+        web = ("web server", [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "opdweb.asgi:application"],
+               env)
+        supervisor.children = [Child(name, command, child_env, ROOT)
+                               for name, command, child_env in [web, *worker_commands(env)]]
         supervisor.start()
         for child in supervisor.children:
             print(f"opdweb: started {child.name} (pid {child.pid})", flush=True)
@@ -164,7 +167,8 @@ def main(argv=None) -> int:
             print("usage: python -m opdweb.launcher exec [--] COMMAND ...", file=sys.stderr)
             return 2
         return with_services(rest)
-    parser = argparse.ArgumentParser(prog="python -m opdweb.launcher", epilog="also: test [PYTEST ARGS], exec [--] COMMAND")
+    parser = argparse.ArgumentParser(prog="python -m opdweb.launcher",
+                                     epilog="also: test [PYTEST ARGS], exec [--] COMMAND")
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="services, migrations, web server and workers")
     p_run.add_argument("--host", default=os.environ.get("OPDWEB_HOST", "127.0.0.1"))

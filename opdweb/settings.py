@@ -23,7 +23,8 @@ CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 DATA_DIR = Path(env.str("OPDWEB_DATA_DIR", default=str(BASE_DIR / "var")))
 # The sandbox of job configs (opdweb/sandbox.py): models and prompt files only from
 # these roots; hub ids only where allowed; the BF16 reference cache is the product's.
-OPDWEB_MODEL_ROOTS = [Path(p) for p in env.list("OPDWEB_MODEL_ROOTS", default=[str(DATA_DIR / "models"), str(DATA_DIR / "toy")])]
+OPDWEB_MODEL_ROOTS = [Path(p) for p in env.list("OPDWEB_MODEL_ROOTS",
+                                                default=[str(DATA_DIR / "models"), str(DATA_DIR / "toy")])]
 OPDWEB_DATA_ROOTS = [Path(p) for p in env.list("OPDWEB_DATA_ROOTS", default=[str(DATA_DIR / "data")])]
 OPDWEB_ALLOW_HUB = env.bool("OPDWEB_ALLOW_HUB", default=False)
 REFERENCE_CACHE_DIR = DATA_DIR / "cache" / "bf16-references"

@@ -115,7 +115,8 @@ def do_resend_lost_messages(now=None) -> list[int]:
     the broker nor held by a worker lost it (a broker crash or flush): send it again.
     Safe to repeat: a second delivery of the same attempt is a stale one that nothing runs."""
     cutoff = (now or timezone.now()) - timedelta(seconds=settings.JOB_RESEND_SECONDS)
-    queued = list(Job.objects.filter(state=JobState.QUEUED, created_at__lt=cutoff).values_list("pk", "attempts", "kind"))
+    queued = list(Job.objects.filter(state=JobState.QUEUED, created_at__lt=cutoff)
+                  .values_list("pk", "attempts", "kind"))
     if not queued:
         return []
     waiting = waiting_attempts(sorted({get_kind(kind).queue for _, _, kind in queued}))

@@ -139,7 +139,8 @@ class DownsampleQuery(BaseModel):
 
 class SeriesBatchQuery(BaseModel):
     key: list[Annotated[str, Field(max_length=200)]] = Field(
-        ..., min_length=1, max_length=MAX_SERIES_PER_READ, description=f"the keys (repeatable, at most {MAX_SERIES_PER_READ})")
+        ..., min_length=1, max_length=MAX_SERIES_PER_READ,
+        description=f"the keys (repeatable, at most {MAX_SERIES_PER_READ})")
     buckets: int = Field(1000, ge=1, le=MAX_BUCKETS, description="buckets per series")
     wall: bool = Field(False, description="also the wall time of each bucket's last step (for time axes)")
 
@@ -208,17 +209,20 @@ def cancel_job(request, job_id: int):
     return do_cancel_job(visible_job(request.user, job_id, Role.MEMBER))
 
 
-@routes.route("GET", "jobs/<int:job_id>/log", summary="A job's log lines", query=LogQuery, response=list[LogEntryOut], errors=(404,))
+@routes.route("GET", "jobs/<int:job_id>/log", summary="A job's log lines", query=LogQuery, response=list[LogEntryOut],
+              errors=(404,))
 def job_log(request, job_id: int, query: LogQuery):
     return list(visible_job(request.user, job_id).log_entries.filter(id__gt=query.after)[: query.limit])
 
 
-@routes.route("GET", "jobs/<int:job_id>/series", summary="A job's trace keys and their step ranges", response=list[SeriesOut], errors=(404,))
+@routes.route("GET", "jobs/<int:job_id>/series", summary="A job's trace keys and their step ranges",
+              response=list[SeriesOut], errors=(404,))
 def list_series(request, job_id: int):
     return list(TraceSeries.objects.filter(job=visible_job(request.user, job_id)).order_by("key"))
 
 
-@routes.route("GET", "jobs/<int:job_id>/series/downsampled", summary="A series as min / max / last buckets over a step window",
+@routes.route("GET", "jobs/<int:job_id>/series/downsampled",
+              summary="A series as min / max / last buckets over a step window",
            query=DownsampleQuery, response=DownsampledOut, errors=(404,))
 def downsampled_series(request, job_id: int, query: DownsampleQuery):
     series = get_object_or_404(TraceSeries, job=visible_job(request.user, job_id), key=query.key)
@@ -242,7 +246,8 @@ def series_batch(request, job_id: int, query: SeriesBatchQuery):
     return HttpResponse(f'{{"series": [{reads}]}}', content_type="application/json")
 
 
-@routes.route("GET", "jobs/<int:job_id>/export", summary="Every point of the job (or of some keys), streamed as CSV or JSON lines",
+@routes.route("GET", "jobs/<int:job_id>/export",
+              summary="Every point of the job (or of some keys), streamed as CSV or JSON lines",
            query=ExportQuery, errors=(404,), produces=("text/csv", "application/x-ndjson"))
 def export_points(request, job_id: int, query: ExportQuery):
     return export_response(visible_job(request.user, job_id), query.format, query.key or None)

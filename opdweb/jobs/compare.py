@@ -91,4 +91,5 @@ def compared_series(jobs: list[Job]) -> dict:
     for job_id, key in held:
         if counts[key] >= 2:
             keys_of[job_id].append(key)
-    return {"trace_keys": shared, "trace_reads": {job_id: history_reads(job_id, keys) for job_id, keys in keys_of.items()}}
+    return {"trace_keys": shared,
+            "trace_reads": {job_id: history_reads(job_id, keys) for job_id, keys in keys_of.items()}}

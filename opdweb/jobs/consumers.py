@@ -115,7 +115,8 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
                 await asyncio.sleep(settings.LIVE_ACCESS_RECHECK_SECONDS)
                 if not await self.still_allowed():
                     return await self.refuse(4403, "your access to this job ended")
-                if self.behind_since is not None and time.monotonic() - self.behind_since > settings.LIVE_BEHIND_SECONDS:
+                if (self.behind_since is not None
+                        and time.monotonic() - self.behind_since > settings.LIVE_BEHIND_SECONDS):
                     return await self.refuse(4408, "fell too far behind the live points; reconnect to resume")
         except asyncio.CancelledError:
             pass
@@ -126,10 +127,12 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
         if content.get("type") == "ack":
             return await self.acknowledge(content.get("seq"))
         if content.get("type") != "resume" or self.resumed:
-            return await self.send_json({"type": "error", "code": 4400, "message": "send one {type: resume, after: {key: step}}"})
+            return await self.send_json({"type": "error", "code": 4400,
+                                         "message": "send one {type: resume, after: {key: step}}"})
         after = content.get("after") or {}
         if not isinstance(after, dict) or not all(isinstance(v, int) for v in after.values()):
-            return await self.send_json({"type": "error", "code": 4400, "message": "after must map keys to integer steps"})
+            return await self.send_json({"type": "error", "code": 4400,
+                                         "message": "after must map keys to integer steps"})
         log_after = content.get("log_after")
         if log_after is not None and (not isinstance(log_after, int) or isinstance(log_after, bool)):
             return await self.send_json({"type": "error", "code": 4400, "message": "log_after must be an integer id"})
@@ -167,7 +170,8 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
                     self.behind_since = self.behind_since or time.monotonic()
                     return  # the client's acks continue the catch-up
                 series_id, key = self.replay_queue[0]
-                rows = await database_sync_to_async(points_after)(series_id, self.sent.get(key, -1), min(room, REPLAY_CHUNK))
+                rows = await database_sync_to_async(points_after)(series_id, self.sent.get(key, -1),
+                                                                  min(room, REPLAY_CHUNK))
                 if rows:
                     await self.send_points([[key, step, wall, value] for step, wall, value in rows])
                 else:
@@ -220,7 +224,7 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
             if not len(steps) or steps[-1] <= self.sent.get(key, -1):
                 continue
             start = bisect_right(steps, self.sent.get(key, -1))  # steps are strictly increasing
-            fresh = zip(steps[start:].tolist(), walls[start:].tolist(), values[start:].tolist())
+            fresh = zip(steps[start:].tolist(), walls[start:].tolist(), values[start:].tolist(), strict=False)
             points.extend([key, s, w, v] for s, w, v in fresh)
         if self.unacked_points + len(points) > settings.LIVE_WINDOW_POINTS:
             self.missed = True

@@ -101,7 +101,8 @@ def fields_of(model: type[BaseModel], prefix: str = "") -> list[FormField]:
 
 ROLLOUT_FIELDS = fields_of(RolloutConfig)
 #: The schema's own description of the fields, as paragraphs of plain text.
-SCHEMA_PARAGRAPHS = [" ".join(p.split()).replace("``", "") for p in inspect.cleandoc(RolloutConfig.__doc__).split("\n\n")]
+SCHEMA_PARAGRAPHS = [" ".join(p.split()).replace("``", "")
+                     for p in inspect.cleandoc(RolloutConfig.__doc__).split("\n\n")]
 
 
 def value_at(config: dict, dotted: str) -> Any:

@@ -84,7 +84,8 @@ def _plain(err: dict) -> str:
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected', '')} (got {got!r})"
     if kind in ("greater_than_equal", "greater_than"):
-        return f"must be at least {ctx.get('ge', ctx.get('gt'))}{'' if kind.endswith('equal') else ' (exclusive)'} (got {got!r})"
+        return (f"must be at least {ctx.get('ge', ctx.get('gt'))}"
+                f"{'' if kind.endswith('equal') else ' (exclusive)'} (got {got!r})")
     if kind in ("less_than_equal", "less_than"):
         return f"must be at most {ctx.get('le', ctx.get('lt'))} (got {got!r})"
     if kind in ("int_parsing", "int_type", "int_from_float"):

@@ -81,7 +81,7 @@ def _claim_series(cursor, job_id: int, keys: list[str], firsts: list[int],
                   last_step = GREATEST(s.last_step, EXCLUDED.last_step)
                 RETURNING id, key)
             SELECT claimed.id, claimed.key, previous.last_step, set_config('synchronous_commit', 'off', true)
-            FROM claimed LEFT JOIN previous USING (id)""",
+            FROM claimed LEFT JOIN previous USING (id)""",  # noqa: E501
         {"job": job_id, "keys": keys, "firsts": firsts, "lasts": lasts},
     )
     ids, previous_last = {}, {}

@@ -25,7 +25,7 @@ def unpack_live_message(event: dict):
     walls = _column(event["walls"], "d")
     values = _column(event["values"], "d")
     begin = 0
-    for key, count in zip(event["keys"], event["counts"]):
+    for key, count in zip(event["keys"], event["counts"], strict=False):
         end = begin + count
         yield key, steps[begin:end], walls[begin:end], values[begin:end]
         begin = end

@@ -32,7 +32,8 @@ class TraceSeries(models.Model):
 
 class TracePoint(models.Model):
     pk = models.CompositePrimaryKey("series", "step")
-    series = models.ForeignKey(TraceSeries, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+")
+    series = models.ForeignKey(TraceSeries, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
+                               related_name="+")
     step = models.BigIntegerField()
     wall_time = models.FloatField(help_text="unix seconds")
     value = models.FloatField()
@@ -40,7 +41,8 @@ class TracePoint(models.Model):
 
 class TraceRollup(models.Model):
     pk = models.CompositePrimaryKey("series", "level", "bucket")
-    series = models.ForeignKey(TraceSeries, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+")
+    series = models.ForeignKey(TraceSeries, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
+                               related_name="+")
     level = models.SmallIntegerField()
     bucket = models.BigIntegerField(help_text="step // ROLLUP_WIDTHS[level]")
     min = models.FloatField()

@@ -77,7 +77,7 @@ class PendingPoints:
             if len(segments) == 1:
                 _, s, w, v = segments[0]
             else:  # logged with different companions: back into call order
-                c, s, w, v = (np.concatenate(column) for column in zip(*segments))
+                c, s, w, v = (np.concatenate(column) for column in zip(*segments, strict=True))
                 order = np.argsort(c, kind="stable")
                 s, w, v = s[order], w[order], v[order]
             out[key] = (s, w, v)

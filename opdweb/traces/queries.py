@@ -175,7 +175,8 @@ def points_after(series_id: int, after_step: int, limit: int) -> list[tuple[int,
     one short keyset page, so a long replay holds neither memory nor a transaction."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT step, wall_time, value FROM traces_tracepoint WHERE series_id = %s AND step > %s ORDER BY step LIMIT %s",
+            "SELECT step, wall_time, value FROM traces_tracepoint "
+            "WHERE series_id = %s AND step > %s ORDER BY step LIMIT %s",
             [series_id, after_step, limit],
         )
         return cursor.fetchall()

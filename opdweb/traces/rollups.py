@@ -62,7 +62,7 @@ def _merge_rollups(cursor, cols: dict[str, np.ndarray], mask: np.ndarray) -> Non
               min = LEAST(r.min, EXCLUDED.min),
               max = GREATEST(r.max, EXCLUDED.max),
               last_value = CASE WHEN EXCLUDED.last_step >= r.last_step THEN EXCLUDED.last_value ELSE r.last_value END,
-              last_step = GREATEST(r.last_step, EXCLUDED.last_step)""",
+              last_step = GREATEST(r.last_step, EXCLUDED.last_step)""",  # noqa: E501
         [cols[name][mask].tolist() for name in ROLLUP_COLUMNS],
     )
 

@@ -1,7 +1,7 @@
 """The web process starts fast and without a GPU stack: importing the ASGI application, the
 URL configuration (every view, API route and template tag they reach), the Celery app with
 the tasks and the kind registry imports no torch, numpy or model library.  Checked in a fresh interpreter, so nothing an earlier test
-imported can hide an import."""
+imported can hide an import."""  # noqa: E501
 import json
 import os
 import subprocess

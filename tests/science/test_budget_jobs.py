@@ -46,7 +46,8 @@ def test_noise_solved_for_a_target_lands_within_a_fresh_measurements_ci(student,
     solved = json.loads(r.stdout)
     assert abs(solved["multiple"] / 20 - 1) <= 0.25 or len(solved["trials"]) == 8
     # An independent measurement: other prompts (seed 7) and another noise draw's effect measured afresh.
-    check = run_mismatch(MismatchJobConfig(model=student, rollout=RolloutConfig(noise_sigma=solved["sigma"]), prompts=256,
+    check = run_mismatch(MismatchJobConfig(model=student, rollout=RolloutConfig(noise_sigma=solved["sigma"]),
+                                           prompts=256,
                                            seed=7, reference_engine="hf", target_ci=0.0,
                                            threads=1)).model_dump(mode="json")
     lo, hi = check["multiple_ci"]

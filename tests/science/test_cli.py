@@ -24,13 +24,15 @@ def test_mismatch_json(student, fp8_yaml, capsys, tmp_path):
 
 
 def test_mismatch_table(student, fp8_yaml, capsys):
-    assert main(["mismatch", "--model", student, "--config", fp8_yaml, "--prompts", "16", "--reference-engine", "hf"]) == 0
+    assert main(["mismatch", "--model", student, "--config", fp8_yaml, "--prompts", "16", "--reference-engine",
+                 "hf"]) == 0
     out = capsys.readouterr().out
     assert "x BF16" in out and "k3" in out and "kl_full" in out
 
 
 def test_sensitivity_and_drift(teacher, fp8_yaml, capsys):
-    assert main(["sensitivity", "--model", teacher, "--config", fp8_yaml, "--prompts", "16", "--target", "1.2", "--json",
+    assert main(["sensitivity", "--model", teacher, "--config", fp8_yaml, "--prompts", "16", "--target", "1.2",
+                 "--json",
                  "--reference-engine", "hf"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert len(s["ranking"]) == 2 and s["recipe"]["target"] == 1.2
@@ -75,7 +77,8 @@ def test_python_dash_m_workers(student, fp8_yaml):
     import sys
 
     p = subprocess.run([sys.executable, "-m", "workers", "mismatch", "--model", student, "--config", fp8_yaml,
-                        "--prompts", "8", "--json", "--reference-engine", "hf"], capture_output=True, text=True, timeout=120)
+                        "--prompts", "8", "--json", "--reference-engine", "hf"],
+                       capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["tokens"] > 0
 
@@ -137,7 +140,8 @@ def test_model_and_engine_refusals_come_before_any_weights_are_read(request, tmp
 def test_the_yaml_seed_is_used_and_an_overriding_seed_is_reported(student, tmp_path, capsys):
     p = tmp_path / "seeded.yaml"
     p.write_text("noise_sigma: 0.1\nseed: 5\n")
-    common = ["mismatch", "--model", student, "--config", str(p), "--prompts", "8", "--json", "--reference-engine", "hf",
+    common = ["mismatch", "--model", student, "--config", str(p), "--prompts", "8", "--json", "--reference-engine",
+              "hf",
               "--target-ci", "0"]
     assert main(common) == 0
     out = json.loads(capsys.readouterr().out)
@@ -156,7 +160,8 @@ def test_drift_uses_the_jobs_bootstrap_count(student, monkeypatch):
     seen = []
     real = multiple.compare
     monkeypatch.setattr(multiple, "compare",
-                        lambda s, m, ref, metric, n_boot, *a: seen.append(n_boot) or real(s, m, ref, metric, n_boot, *a))
+                        lambda s, m, ref, metric, n_boot, *a: (seen.append(n_boot)
+                                                               or real(s, m, ref, metric, n_boot, *a)))
     r = run_drift(DriftJobConfig(model=student, rollout=RolloutConfig(noise_sigma=0.1), prompts=16, device="cpu",
                                  bootstrap=37)).model_dump(mode="json")
     assert seen == [37] and r["bootstrap"] == 37

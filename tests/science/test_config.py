@@ -88,9 +88,12 @@ def test_it_gives_clear_errors_for_non_mappings_and_missing_files(tmp_path):
 
 
 @pytest.mark.parametrize("config,fields,problem", [
-    (MismatchJobConfig, {"prompts": MAX_PROMPTS + 1}, {"field": "prompts", "message": f"Input should be less than or equal to {MAX_PROMPTS} (got {MAX_PROMPTS + 1})"}),
-    (MismatchJobConfig, {"max_new_tokens": 10**6}, {"field": "max_new_tokens", "message": "Input should be less than or equal to 8192 (got 1000000)"}),
-    (SensitivityJobConfig, {"target": -1.0}, {"field": "target", "message": "Input should be greater than 0 (got -1.0)"}),
+    (MismatchJobConfig, {"prompts": MAX_PROMPTS + 1},
+     {"field": "prompts", "message": f"Input should be less than or equal to {MAX_PROMPTS} (got {MAX_PROMPTS + 1})"}),
+    (MismatchJobConfig, {"max_new_tokens": 10**6},
+     {"field": "max_new_tokens", "message": "Input should be less than or equal to 8192 (got 1000000)"}),
+    (SensitivityJobConfig, {"target": -1.0},
+     {"field": "target", "message": "Input should be greater than 0 (got -1.0)"}),
     (DriftJobConfig, {"extra_field": 1}, {"field": "extra_field", "message": "unknown field"}),
 ])
 def test_job_configs_refuse_huge_requests(config, fields, problem):

@@ -29,7 +29,7 @@ def test_sampled_logprobs_match_teacher_forced_scoring_in_fp32(trainer, prompts)
 
 def test_responses_stop_after_eos_and_are_masked(trainer, prompts):
     r = trainer.sample(prompts, SAMPLING, seed=0)
-    for row, m in zip(r.tokens, r.mask):
+    for row, m in zip(r.tokens, r.mask, strict=True):
         n = int(m.sum())
         assert bool(m[:n].all()) and not bool(m[n:].any())  # mask is a prefix
         if EOS_ID in row[:n].tolist():
@@ -148,7 +148,8 @@ def test_a_module_gets_the_same_noise_whatever_else_is_kept(teacher):
     from workers.science.engines.hf import prepare_rollout_model
 
     full = prepare_rollout_model(teacher, RolloutConfig(noise_sigma=0.1, dtype="fp32"), torch.device("cpu")).model
-    one = prepare_rollout_model(teacher, RolloutConfig(noise_sigma=0.1, dtype="fp32", keep_bf16=[0]), torch.device("cpu")).model
+    one = prepare_rollout_model(teacher, RolloutConfig(noise_sigma=0.1, dtype="fp32", keep_bf16=[0]),
+                                torch.device("cpu")).model
     base = prepare_rollout_model(teacher, RolloutConfig(dtype="fp32"), torch.device("cpu")).model
     name = "model.layers.1.mlp.down_proj"
     w_full, w_one, w0 = (dict(m.named_modules())[name].weight for m in (full, one, base))

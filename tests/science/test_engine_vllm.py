@@ -20,7 +20,8 @@ needs_vllm = pytest.mark.skipif(VLLM_IMPORT_ERROR is not None, reason=f"vllm can
 def session(student):
     from workers.science.measurement import MeasurementSession
 
-    job = MismatchJobConfig(model=student, rollout=RolloutConfig(engine="vllm"), prompts=64, device="cpu", bootstrap=200)
+    job = MismatchJobConfig(model=student, rollout=RolloutConfig(engine="vllm"), prompts=64, device="cpu",
+                            bootstrap=200)
     return MeasurementSession(job)
 
 
@@ -54,7 +55,7 @@ def test_vllm_bf16_against_the_hf_trainer_is_small_but_not_zero(session, vllm_en
     budget = cfg.sampling.max_new_tokens
     for r in m.rollouts:
         assert int(r.tokens.min()) >= 0 and int(r.tokens.max()) < vllm_engine.vocab_size
-        for row, mask in zip(r.tokens.tolist(), r.mask.tolist()):
+        for row, mask in zip(r.tokens.tolist(), r.mask.tolist(), strict=True):
             n = sum(mask)
             assert 1 <= n <= budget and all(mask[:n]) and not any(mask[n:])
             assert vllm_engine.eos_token_id not in row[: n - 1]

@@ -64,7 +64,8 @@ def test_identical_engines_give_exactly_zero():
     kl, tv = full_vocab_terms(full, full.clone())
     summ = summarize(records(lp, lp.copy(), mask, kl_full=kl, tv_full=tv))
     v = metric_values(summ)
-    for name in ("k1", "k2", "k3", "kl_full", "tv_full", "prob_diff", "prob_diff_max", "chi2_token", "log_ppl_gap", "chi2_seq"):
+    for name in ("k1", "k2", "k3", "kl_full", "tv_full", "prob_diff", "prob_diff_max", "chi2_token", "log_ppl_gap",
+                 "chi2_seq"):
         assert v[name] == 0.0, name
         if isinstance(summ.get(name), dict):
             assert summ[name]["p95"] == 0.0 and summ[name]["max"] == 0.0, name

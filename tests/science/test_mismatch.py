@@ -115,11 +115,12 @@ def test_the_same_config_measured_twice_agrees_exactly(student):
     from workers.science.metrics import TokenRecords, metric_values, summarize
     from workers.science.multiple import compare
 
-    session = MeasurementSession.open(job(student, prompts=32, weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.05))
+    session = MeasurementSession.open(job(student, prompts=32, weights="fp8_e4m3", kv_cache="fp8_e4m3",
+                                          noise_sigma=0.05))
     cfg = session.rollout
     a = session.measure(cfg, "first", keep=True)
     b = session.measure(cfg, "second", keep=True)  # a second engine built from the same weights
-    for ra, rb in zip(a.rollouts, b.rollouts):
+    for ra, rb in zip(a.rollouts, b.rollouts, strict=True):
         assert torch.equal(ra.tokens, rb.tokens) and torch.equal(ra.mask, rb.mask)
     # the second engine in the trainer's place: every per-token divergence is exactly zero
     same = TokenRecords(a.records.lp_roll, b.records.lp_roll, a.records.seq, a.records.pos, n_sequences=32)

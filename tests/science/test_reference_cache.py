@@ -55,7 +55,8 @@ def test_each_input_of_the_reference_changes_its_key(session_copy, monkeypatch):
     assert session.reference_key(cfg) == base  # stable
     changed = {}
     # the sampling and the engine
-    changed["sampling"] = session.reference_key(cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update={"temperature": 0.7})}))
+    changed["sampling"] = session.reference_key(
+        cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update={"temperature": 0.7})}))
     changed["engine"] = session.reference_key(cfg.model_copy(update={"engine": "vllm"}))
     # the prompts' token ids
     ids = session.prompt_ids

@@ -17,7 +17,8 @@ def test_kv_capacity_by_hand():
 
 
 def sensitivity(teacher, target, rep=None):
-    cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.2),
+    cfg = SensitivityJobConfig(model=teacher,
+                               rollout=RolloutConfig(weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.2),
                                prompts=96, bootstrap=100, target=target, device="cpu", reference_engine="hf")
     return run_sensitivity(cfg, rep).model_dump(mode="json")
 
@@ -66,6 +67,7 @@ def test_the_recipe_search_finds_the_smallest_passing_count():
 
     for threshold in range(1, 9):
         tried = []
-        assert smallest_passing(1, 8, lambda k, tried=tried, threshold=threshold: tried.append(k) or k >= threshold) == threshold
+        assert smallest_passing(
+            1, 8, lambda k, tried=tried, threshold=threshold: tried.append(k) or k >= threshold) == threshold
         assert len(tried) <= 4  # binary search: ceil(log2(8)) + 1 trials at most
     assert smallest_passing(1, 8, lambda k: False) is None

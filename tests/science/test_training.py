@@ -202,7 +202,8 @@ def test_time_to_quality_times_each_arm_to_the_target(student, teacher):
     assert [x["reached"]["modelled_s"] for x in sync["runs"]] == [x["reached"]["measured_s"] for x in sync["runs"]]
     assert all(x["reached"]["modelled_s"] < x["reached"]["measured_s"] for x in fp8_async["runs"])
     assert sync["speedup_measured"]["mean"] == 1.0 and sync["speedup_measured"]["std"] == 0.0
-    ratios = [b["reached"]["measured_s"] / a["reached"]["measured_s"] for b, a in zip(sync["runs"], fp8_async["runs"])]
+    ratios = [b["reached"]["measured_s"] / a["reached"]["measured_s"]
+              for b, a in zip(sync["runs"], fp8_async["runs"], strict=True)]
     assert fp8_async["speedup_measured"]["mean"] == pytest.approx(sum(ratios) / 2)
     assert {k for _, k, _ in rep.points} >= {"bf16-sync/seed0/eval/accuracy", "fp8-async1/seed1/train/loss"}
 

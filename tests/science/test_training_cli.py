@@ -15,7 +15,8 @@ def fp8_yaml(tmp_path):
 
 def test_train_writes_a_checkpoint_and_reports_json(student, teacher, fp8_yaml, tmp_path, capsys):
     out = tmp_path / "run"
-    rc = main(["train", "--model", student, "--teacher", teacher, "--config", fp8_yaml, "--steps", "2", "--batch-size", "16",
+    rc = main(["train", "--model", student, "--teacher", teacher, "--config", fp8_yaml, "--steps", "2", "--batch-size",
+               "16",
                "--eval-prompts", "20", "--device", "cpu", "--out", str(out), "--json"])
     assert rc == 0
     report = json.loads(capsys.readouterr().out)

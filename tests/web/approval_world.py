@@ -49,5 +49,6 @@ def admission_job(team, checkpoint: str, rollout: dict, budget, verdict: str = "
     (the submitted id resolved) and in the result."""
     return JobFactory(team=team, kind="admission", state="succeeded",
                       config={"model": checkpoint, "rollout": rollout, "budget": budget.spec()},
-                      result=admission_result(verdict, multiple, budget=budget.spec(), rollout=rollout, model=checkpoint,
+                      result=admission_result(verdict, multiple, budget=budget.spec(), rollout=rollout,
+                                              model=checkpoint,
                                               checkpoint_hash=checkpoint_digest(checkpoint)))

@@ -75,7 +75,8 @@ class Process:
         self.stacks_signal = stacks_signal  # asks the process to print every thread's stack
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         Process.started.append(self)
 
     def alive(self) -> bool:

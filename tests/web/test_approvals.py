@@ -57,7 +57,8 @@ def test_an_approver_approves_on_the_latest_passing_check_and_the_config_exports
     page = world.client(world.approver).get(f"/approvals/{approval.pk}/")
     assert page.status_code == 200 and page.context["evidence"] == latest and page.context["can_decide"]
     html = page.content.decode()
-    assert "3.20×" in html and "95% CI [2.56, 3.84]" in html and f"Budget #{world.budget.pk} (opd, k3, arithmetic:3):" in html
+    assert ("3.20×" in html and "95% CI [2.56, 3.84]" in html
+            and f"Budget #{world.budget.pk} (opd, k3, arithmetic:3):" in html)
     assert "50.00× BF16" in html
 
     response = world.decide(approval)
@@ -134,7 +135,8 @@ def test_export_before_approval_or_after_rejection_is_refused(world):
     client = world.client(world.member)
     for fmt in ("verl", "vllm", "prime-rl", "slime", "yaml"):
         response = client.get(f"/approvals/{approval.pk}/export/{fmt}/")
-        assert response.status_code == 409 and "only a currently approved config can be exported" in response.content.decode()
+        assert (response.status_code == 409
+                and "only a currently approved config can be exported" in response.content.decode())
     world.decide(approval, decision="reject")
     assert client.get(f"/approvals/{approval.pk}/export/verl/").status_code == 409
     assert client.get(f"/approvals/{approval.pk}/export/word/").status_code == 404

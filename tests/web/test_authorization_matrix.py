@@ -284,7 +284,7 @@ def test_websocket_authorization_matrix(start_asgi_server, capsys):
                 want = "accepted"
             cases.append((job.pk, header))
             expectations.append((actor, f"ws/jobs/{{id}}/ ({slug})", want))
-    for (actor, what, want), got in zip(expectations, asyncio.run(run_all(cases))):
+    for (actor, what, want), got in zip(expectations, asyncio.run(run_all(cases)), strict=True):
         matrix.check(actor, what, want, got)
 
     with capsys.disabled():
@@ -464,7 +464,8 @@ def test_model_registry_authorization_matrix(capsys, tmp_path, settings):
 
             # Deleting an unused model of this team (a fresh one each time).
             n = RegisteredModel.objects.count()
-            unused = RegisteredModel.objects.create(team=team, name=f"unused {n}", kind="checkpoint", path=f"/unused/{n}")
+            unused = RegisteredModel.objects.create(team=team, name=f"unused {n}", kind="checkpoint",
+                                                    path=f"/unused/{n}")
             path = f"/models/{unused.pk}/delete/"
             r = client.post(path)
             want = page_expected(actor, slug, Role.ADMIN, (302, "/models/"), path)

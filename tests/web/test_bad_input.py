@@ -212,7 +212,8 @@ def test_a_chunked_body_over_the_limit_gets_the_json_413(asgi_server):
 def test_a_chunked_body_under_the_limit_still_arrives(asgi_server):
     host, port = asgi_server.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    conn.request("POST", "/api/jobs", body=iter([b'{"kind": ', b'"selftest"}']), headers={"Content-Type": "application/json"},
+    conn.request("POST", "/api/jobs", body=iter([b'{"kind": ', b'"selftest"}']),
+                 headers={"Content-Type": "application/json"},
                  encode_chunked=True)
     response = conn.getresponse()
     # Read whole (no 413); refused next for its missing CSRF token, in JSON.
@@ -229,7 +230,8 @@ def test_the_export_with_a_nul_key_answers_at_once(asgi_server, member):
     browser.force_login(user)
     host, port = asgi_server.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)  # it used to answer 200, then hang
-    conn.request("GET", f"/api/jobs/{job.pk}/export?key=%00", headers={"Cookie": f"sessionid={browser.cookies['sessionid'].value}"})
+    conn.request("GET", f"/api/jobs/{job.pk}/export?key=%00",
+                 headers={"Cookie": f"sessionid={browser.cookies['sessionid'].value}"})
     response = conn.getresponse()
     assert response.status == 400
     assert json.loads(response.read())["errors"] == [{"field": "key", "message": "contains a NUL character"}]

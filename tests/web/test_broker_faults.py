@@ -27,7 +27,7 @@ client = Client()
 client.force_login(get_user_model().objects.get(pk=int(os.environ["USER_ID"])))
 r = client.post("/api/jobs", data=json.dumps({"kind": "selftest", "config": {"steps": 3}}), content_type="application/json")
 print(json.dumps({"status": r.status_code, "body": r.json()}))
-"""
+"""  # noqa: E501
 
 
 def test_a_submit_while_the_broker_is_down_is_a_503_and_writes_nothing(member, service_env):

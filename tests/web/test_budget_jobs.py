@@ -71,7 +71,8 @@ def test_a_calibration_shares_its_children_among_workers_survives_a_kill_and_fee
         ["noise-10", "noise-100", "train-baseline-s0", "train-baseline-s1",
          "train-10x-s0", "train-10x-s1", "train-100x-s0", "train-100x-s1"])
     assert all(c.state == JobState.SUCCEEDED for c in children)
-    assert Job.objects.get(pk=killed.pk).attempts == 2 and Job.objects.get(pk=killed.pk).worker.startswith(f"{survivor}@")
+    assert (Job.objects.get(pk=killed.pk).attempts == 2
+            and Job.objects.get(pk=killed.pk).worker.startswith(f"{survivor}@"))
 
     budget = MismatchBudget.objects.get(calibration_job=parent)
     assert budget.team == team and budget.method == "opd:full" and budget.unit_engine == "hf"
@@ -130,8 +131,10 @@ def test_bad_budget_references_and_calibration_configs_are_refused_and_write_not
         with pytest.raises(Refused, match=message) as refused:
             do_submit_job(team=team, user=user, kind_name="admission", config=config)
         assert refused.value.status == 400
-    for extra, field in [({"tolerance": -1}, "tolerance"), ({"levels": [10.0]}, "levels"), ({"metric": "k9"}, "metric")]:
+    for extra, field in [({"tolerance": -1}, "tolerance"), ({"levels": [10.0]}, "levels"),
+                         ({"metric": "k9"}, "metric")]:
         with pytest.raises(Refused) as refused:
-            do_submit_job(team=team, user=user, kind_name="calibration", config=calibration_config(toy_student, **extra))
+            do_submit_job(team=team, user=user, kind_name="calibration",
+                          config=calibration_config(toy_student, **extra))
         assert [d["field"] for d in refused.value.details] == [field], refused.value.details
     assert Job.objects.count() == before

@@ -47,7 +47,8 @@ def test_it_writes_verl_overrides_for_bf16_without_quantization_keys():
 
 
 def test_it_writes_vllm_engine_arguments_with_ignored_layers():
-    text = render("vllm", {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3", "keep_bf16": [0, "model.layers.*.mlp.down_proj"],
+    text = render("vllm",
+                  {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3", "keep_bf16": [0, "model.layers.*.mlp.down_proj"],
                            "seed": 5})
     doc = json.loads(text)
     assert doc["engine_args"] == {

@@ -118,7 +118,8 @@ def test_an_unknown_yaml_key_gets_a_did_you_mean(member_client):
                                              "yaml": "noise_sigam: 0.1\nsampling:\n  temprature: 0.5\n"})
     assert response.status_code == 400
     problems = response.context["problems"]
-    assert {"field": "noise_sigam", "message": "is not a field of a rollout config; did you mean 'noise_sigma'?"} in problems
+    assert {"field": "noise_sigam",
+            "message": "is not a field of a rollout config; did you mean 'noise_sigma'?"} in problems
     assert {"field": "sampling.temprature",
             "message": "is not a field of a rollout config; did you mean 'temperature'?"} in problems
     assert "did you mean &#x27;noise_sigma&#x27;?" in response.content.decode()
@@ -217,7 +218,8 @@ def test_a_config_page_lists_exactly_the_jobs_that_ran_it(member_client):
     record, _ = do_create_config(team=team, user=user, name="fp8", data={"weights": "fp8_e4m3"})
     full = JobFactory(team=team, kind="mismatch", config={"model": "/m", "rollout": dict(DEFAULTS, weights="fp8_e4m3")})
     partial = JobFactory(team=team, kind="admission", state="succeeded",
-                         config={"model": "/m", "rollout": {"weights": "fp8_e4m3", "sampling": {"temperature": 1.0}}, "budget": 1},
+                         config={"model": "/m", "rollout": {"weights": "fp8_e4m3", "sampling": {"temperature": 1.0}},
+                                 "budget": 1},
                          result=admission_result("pass", 3.0, budget=BUDGET_SPEC))
     JobFactory(team=team, kind="mismatch", config={"model": "/m", "rollout": {"weights": "fp8_e4m3", "seed": 1}})
     JobFactory(team=team, kind="mismatch", config={"model": "/m", "rollout": {}})
@@ -255,7 +257,8 @@ def test_an_edit_stays_in_its_configs_team(member_client):
 def test_configs_compare_field_by_field_with_their_latest_verdict_per_checkpoint(member_client):
     client, user, team = member_client
     bf16, _ = do_create_config(team=team, user=user, name="bf16", data={})
-    fp8, _ = do_create_config(team=team, user=user, name="fp8 w+kv", data={"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"})
+    fp8, _ = do_create_config(team=team, user=user, name="fp8 w+kv",
+                              data={"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"})
 
     def check(record, model, verdict, multiple):
         return JobFactory(team=team, kind="admission", state="succeeded",

@@ -21,7 +21,8 @@ def sessions_opened() -> int:
 
 def backends_of_others() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        cursor.execute("SELECT count(*) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         return cursor.fetchone()[0]
 
 

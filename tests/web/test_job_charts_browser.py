@@ -71,7 +71,8 @@ def test_chart_controls_overlay_smooth_log_and_zoom(member, asgi_server, page):
 
     # x axis: time since the first point (the points were logged one second apart) ...
     page.select_option("#x-axis", "relative")
-    page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.xaxis.title.text.startsWith('time since')")
+    page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.xaxis.title.text"
+                           ".startsWith('time since')")
     assert page.eval_on_selector("#charts .chart", "d => [d.data[2].x[0], d.data[2].x[499]]") == [0, 499]
     page.eval_on_selector("#charts .chart", "d => Plotly.relayout(d, {'xaxis.range': [100, 120]})")
     expect(page.locator("#charts .chart")).to_have_attribute("data-window", "100-120")
@@ -83,7 +84,7 @@ def test_chart_controls_overlay_smooth_log_and_zoom(member, asgi_server, page):
         const p = n => String(n).padStart(2, "0");
         const local = s => { const t = new Date((1.7e9 + s) * 1000);
           return `${t.getFullYear()}-${p(t.getMonth() + 1)}-${p(t.getDate())} ${p(t.getHours())}:${p(t.getMinutes())}:${p(t.getSeconds())}`; };
-        return Plotly.relayout(d, {'xaxis.range': [local(200), local(230)]}); }""")
+        return Plotly.relayout(d, {'xaxis.range': [local(200), local(230)]}); }""")  # noqa: E501
     expect(page.locator("#charts .chart")).to_have_attribute("data-window", "200-230")
     page.wait_for_function("document.querySelector('#charts .chart').data[2].x.length === 31")
     page.select_option("#x-axis", "step")

@@ -14,7 +14,8 @@ def points_of(job):
     """{key: [(step, value), ...]} in step order, read straight from the table."""
     out = {}
     for series in TraceSeries.objects.filter(job=job):
-        out[series.key] = list(TracePoint.objects.filter(series_id=series.pk).order_by("step").values_list("step", "value"))
+        out[series.key] = list(TracePoint.objects.filter(series_id=series.pk).order_by("step")
+                               .values_list("step", "value"))
     return out
 
 
@@ -27,7 +28,8 @@ def test_it_runs_a_selftest_from_queued_to_succeeded(member, start_worker, clien
     worker = start_worker()
     job = do_submit_job(team=team, user=user, kind_name="selftest", config={"steps": 50, "sleep_s": 0.01})
     assert job.state == JobState.QUEUED
-    wait_for(lambda: state_of(job.pk) == JobState.RUNNING or state_of(job.pk) == JobState.SUCCEEDED, 30, "running", process=worker)
+    wait_for(lambda: state_of(job.pk) == JobState.RUNNING or state_of(job.pk) == JobState.SUCCEEDED, 30, "running",
+             process=worker)
     wait_for(lambda: state_of(job.pk) == JobState.SUCCEEDED, 60, "succeeded", process=worker)
 
     job.refresh_from_db()

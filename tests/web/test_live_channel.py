@@ -51,7 +51,8 @@ def test_a_reconnecting_client_misses_nothing_and_gets_nothing_twice(member, sta
 
     # Second connection resumes from what it has and follows to the end.
     def done(pts, states):
-        return "succeeded" in states and sum(1 for p in pts if p[0] == SELFTEST_KEYS[0]) + have.get(SELFTEST_KEYS[0], -1) + 1 >= STEPS
+        return ("succeeded" in states
+                and sum(1 for p in pts if p[0] == SELFTEST_KEYS[0]) + have.get(SELFTEST_KEYS[0], -1) + 1 >= STEPS)
 
     second, states = asyncio.run(follow(url, cookie, have, done))
     assert Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED
@@ -89,7 +90,8 @@ def test_it_refuses_an_anonymous_websocket(member, asgi_server):
     job = JobFactory(team=team)
 
     async def attempt():
-        async with connect(f"ws://{asgi_server}/ws/jobs/{job.pk}/", additional_headers={"Origin": "http://127.0.0.1"}) as ws:
+        async with connect(f"ws://{asgi_server}/ws/jobs/{job.pk}/",
+                           additional_headers={"Origin": "http://127.0.0.1"}) as ws:
             msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=10))
             await asyncio.wait_for(ws.wait_closed(), timeout=10)
             return msg, ws.close_code

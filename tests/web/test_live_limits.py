@@ -50,7 +50,8 @@ async def open_socket(server, job, cookie):
     return ws
 
 
-def test_a_client_that_does_not_acknowledge_stops_at_its_window_then_catches_up(member, start_asgi_server, client, transactional_db):
+def test_a_client_that_does_not_acknowledge_stops_at_its_window_then_catches_up(member, start_asgi_server, client,
+                                                                                transactional_db):
     user, team = member
     job = JobFactory(team=team, state="running")
     server = start_asgi_server(**{**LIMITS, "LIVE_BEHIND_SECONDS": "60"})

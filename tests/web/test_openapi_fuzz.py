@@ -89,7 +89,8 @@ def test_it_answers_every_generated_request_as_documented(asgi_server, member, t
     by_class = Counter(line[0] + "xx" for line in answers)
     server_errors = [line for line in answers if line.startswith("5")]
     generated = re.search(r"(\d+) generated", run.stdout)
-    print(f"schemathesis: {generated.group(1) if generated else '?'} cases generated, {len(answers)} requests answered; "
+    print(f"schemathesis: {generated.group(1) if generated else '?'} cases generated, "
+          f"{len(answers)} requests answered; "
           f"by status class {dict(sorted(by_class.items()))}")
     assert server_errors == [], "\n".join(server_errors[:20])
     assert run.returncode == 0, failures_of(run.stdout) + run.stderr[-3000:]

@@ -27,17 +27,20 @@ def test_every_page_renders_without_errors(start_asgi_server, page, tmp_path, se
     admin = MembershipFactory(role=Role.ADMIN)
     team, user = admin.team, admin.user
     bf16, _ = do_create_config(team=team, user=user, name="bf16", data={})
-    fp8, _ = do_create_config(team=team, user=user, name="fp8 w+kv", data={"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"})
+    fp8, _ = do_create_config(team=team, user=user, name="fp8 w+kv",
+                              data={"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"})
     budget = make_budget(team, checkpoint, curve=CURVE)
     check = admission_job(team, checkpoint, fp8.config, budget, multiple=3.2)
     sink = TraceSink(check.pk)
     for key, factor in (("mismatch/reference_k3", 1.0), ("mismatch/rollout_k3", 3.2)):
-        sink.add_many(key, range(200), [factor * (1 + s % 5) * 1e-5 for s in range(200)], [1.7e9 + s for s in range(200)])
+        sink.add_many(key, range(200), [factor * (1 + s % 5) * 1e-5 for s in range(200)],
+                      [1.7e9 + s for s in range(200)])
     sink.close()
     scan = JobFactory(team=team, created_by=user, kind="sensitivity", state="succeeded",
                       config={"model": checkpoint, "rollout": fp8.config}, result=SENSITIVITY)
     approval = do_request_approval(record=fp8, user=user, checkpoint=checkpoint, comment="for the 7B run")
-    model = RegisteredModel.objects.create(team=team, name="toy student", path=checkpoint, kind="student", created_by=user)
+    model = RegisteredModel.objects.create(team=team, name="toy student", path=checkpoint, kind="student",
+                                           created_by=user)
 
     pages = {
         "jobs": "/jobs/", "new-job": "/jobs/new/", "admission-job": f"/jobs/{check.pk}/",

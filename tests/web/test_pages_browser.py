@@ -27,7 +27,8 @@ def test_a_member_submits_a_job_and_watches_it_live(member, start_worker, asgi_s
     # Both series drawn, and the page holds the last step of each (live or from history).
     expect(page.locator(".chart")).to_have_count(2)
     expect(page.locator("#job")).to_have_attribute("data-points", re.compile(r'"selftest/linear":149'), timeout=10_000)
-    assert set(TraceSeries.objects.filter(job=job).values_list("key", flat=True)) == {"selftest/linear", "selftest/square"}
+    assert set(TraceSeries.objects.filter(job=job).values_list("key", flat=True)) == {"selftest/linear",
+                                                                                      "selftest/square"}
     # The result and the log arrive without a reload.
     expect(page.locator("#job-result")).to_contain_text('"steps": 150')
     expect(page.locator("#job-log")).to_contain_text("succeeded")

@@ -38,7 +38,8 @@ def submit(client, member, monkeypatch):
 
     def post(**config):
         config = {"prompts": 4, **config}
-        return client.post("/api/jobs", data=json.dumps({"kind": "mismatch", "config": config}), content_type="application/json")
+        return client.post("/api/jobs", data=json.dumps({"kind": "mismatch", "config": config}),
+                           content_type="application/json")
 
     return post
 
@@ -110,7 +111,8 @@ def test_the_worker_checks_again_before_it_reads_anything(roots, member, transac
     """A row written past the web process (or a symlink swapped after submit) is refused
     by the worker: the job fails naming the field, and the model is never loaded."""
     _, team = member
-    job = Job.objects.create(team=team, kind="mismatch", config={"model": str(roots["outside"] / "secret-model"), "prompts": 4})
+    job = Job.objects.create(team=team, kind="mismatch",
+                             config={"model": str(roots["outside"] / "secret-model"), "prompts": 4})
     assert run_job.apply(args=[job.pk, 1]).get() == JobState.FAILED
     job.refresh_from_db()
     assert "model:" in job.error and "is outside the model roots" in job.error

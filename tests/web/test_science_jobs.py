@@ -52,9 +52,11 @@ def test_a_model_path_that_vanished_fails_the_job_with_a_clear_error(member, sta
     gone = settings.DATA_DIR / "models" / f"vanishing-{tmp_path.name}"
     shutil.copytree(toy_student, gone)
     try:
-        job = do_submit_job(team=team, user=user, kind_name="mismatch", config={"model": str(gone), "prompts": 4, "device": "cpu"})
+        job = do_submit_job(team=team, user=user, kind_name="mismatch",
+                            config={"model": str(gone), "prompts": 4, "device": "cpu"})
     finally:
         shutil.rmtree(gone)
-    wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.FAILED, 120, "the failure", process=worker, interval=0.5)
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.FAILED, 120, "the failure", process=worker,
+             interval=0.5)
     job.refresh_from_db()
     assert "does not exist under the model roots" in job.error and str(gone) in job.error

@@ -52,14 +52,14 @@ def test_rollups_reduced_level_from_level_equal_brute_force():
     points = {}
     for series in (3, 8, 11):
         steps = np.sort(rng.choice(5_000_000, size=int(rng.integers(1, 30_000)), replace=False))
-        points[series] = list(zip(steps.tolist(), rng.normal(0, 1, len(steps)).round(4).tolist()))
+        points[series] = list(zip(steps.tolist(), rng.normal(0, 1, len(steps)).round(4).tolist(), strict=True))
     sid = np.concatenate([np.full(len(p), s, dtype=np.int64) for s, p in points.items()])
     steps = np.asarray([st for p in points.values() for st, _ in p], dtype=np.int64)
     values = np.asarray([v for p in points.values() for _, v in p])
     shuffle = rng.permutation(len(sid))  # unsorted input: rollup_columns sorts it
     cols = rollup_columns(sid[shuffle], steps[shuffle], values[shuffle])
     got = set(zip(*(cols[name].tolist() for name in ("series_id", "level", "bucket", "min", "max", "last_step",
-                                                   "last_value"))))
+                                                   "last_value")), strict=True))
     assert len(got) == len(cols["series_id"])
     assert got == brute_force_rollups(points)
 

@@ -37,13 +37,14 @@ def published_points(messages) -> dict[str, list[tuple[int, float, float]]]:
     for message in messages:
         assert message["type"] == "trace.points"
         for key, steps, walls, values in unpack_live_message(message):
-            out.setdefault(key, []).extend(zip(steps.tolist(), walls.tolist(), values.tolist()))
+            out.setdefault(key, []).extend(zip(steps.tolist(), walls.tolist(), values.tolist(), strict=True))
     return out
 
 
 def other_sessions() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        cursor.execute("SELECT count(*) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         return cursor.fetchone()[0]
 
 
@@ -120,10 +121,10 @@ def test_inside_a_transaction_the_sink_flushes_in_the_caller_and_publishes_the_b
         sink.close()
     assert len(messages) == 3 and all(len(np.frombuffer(m["steps"], "<i8")) <= LIVE_MESSAGE_POINTS for m in messages)
     got = published_points(messages)
-    assert got["big"] == [(s, 5.0, float(v)) for s, v in zip(range(n), values)]
+    assert got["big"] == [(s, 5.0, float(v)) for s, v in zip(range(n), values, strict=True)]
     assert got["small"] == [(1, 7.0, 10.0), (2, 7.0, 20.0), (3, 7.0, 30.0)]
     assert stored(job, "small") == [(1, 10.0), (2, 20.0), (3, 30.0)]
-    assert stored(job, "big") == [(s, float(v)) for s, v in zip(range(n), values)]
+    assert stored(job, "big") == [(s, float(v)) for s, v in zip(range(n), values, strict=True)]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -212,7 +213,8 @@ def test_the_consumer_forwards_each_live_step_once(member, asgi_server, client):
     assert [(p[0], p[1], p[3]) for p in got] == [("a", s, s / 4) for s in range(6, 13)]
 
 
-def test_one_logged_point_reaches_a_websocket_client_while_the_job_still_runs(member, start_worker, asgi_server, client):
+def test_one_logged_point_reaches_a_websocket_client_while_the_job_still_runs(member, start_worker, asgi_server,
+                                                                              client):
     """A selftest job on a real worker logs its only step, then sleeps: the point must
     reach the browser's websocket from the timer flush, before the job ends (at its end
     the sink would be flushed anyway)."""

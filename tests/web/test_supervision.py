@@ -18,7 +18,8 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 # A child that starts a grandchild in its group, as a Celery worker starts its beat, and
 # writes the grandchild's pid to the file named by its argument.
 PARENT_OF_SLEEPER = [sys.executable, "-c",
-                     "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
+                     "import subprocess, sys, time; "
+                     "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
                      "open(sys.argv[1], 'w').write(str(p.pid)); time.sleep(600)"]
 
 
@@ -91,7 +92,8 @@ def test_the_launcher_restarts_a_killed_worker_and_leaves_no_orphan(service_env,
         text = lambda: (tmp_path / "launcher.log").read_text()  # noqa: E731
         wait_for(lambda: "opdweb is up" in text(), 120, "the launcher to start")
         pids = {name: int(pid) for name, pid in
-                (line.split("started ", 1)[1].rsplit(" (pid ", 1) for line in text().splitlines() if "opdweb: started" in line)
+                (line.split("started ", 1)[1].rsplit(" (pid ", 1)
+                 for line in text().splitlines() if "opdweb: started" in line)
                 for pid in [pid.rstrip(")")]}
         worker = pids["gpu worker (on the CPU)"]
         os.kill(worker, signal.SIGKILL)

@@ -32,7 +32,7 @@ def brute_force(steps: np.ndarray, values: np.ndarray, lo: int, hi: int, width: 
         [int(b) * width, int(b) * width + width - 1, float(mn), float(mx), int(ls), float(lv)]
         + ([float(wall_of(ls))] if wall else [])
         for b, mn, mx, ls, lv in zip(bucket[starts], np.minimum.reduceat(v, starts), np.maximum.reduceat(v, starts),
-                                     s[ends], v[ends])
+                                     s[ends], v[ends], strict=True)
     ]
 
 
@@ -41,7 +41,8 @@ def ingest(job, key, steps, values, rng) -> TraceSeries:
     it (which must change nothing)."""
     sink = TraceSink(job.pk, flush_points=int(rng.integers(500, 40_000)))
     for i in range(0, len(steps), 1000):
-        sink.add_many(key, steps[i : i + 1000].tolist(), values[i : i + 1000].tolist(), wall_of(steps[i : i + 1000]).tolist())
+        sink.add_many(key, steps[i : i + 1000].tolist(), values[i : i + 1000].tolist(),
+                      wall_of(steps[i : i + 1000]).tolist())
     sink.close()
     a, b = sorted(rng.integers(0, len(steps), 2).tolist())
     replay = TraceSink(job.pk)
@@ -179,7 +180,8 @@ def test_chart_reads_are_sent_compressed_to_clients_that_accept_gzip(client):
 
     job = JobFactory()
     sink = TraceSink(job.pk)
-    sink.add_many("loss", list(range(20_000)), [float(s % 101) / 7 for s in range(20_000)], [1.7e9 + s for s in range(20_000)])
+    sink.add_many("loss", list(range(20_000)), [float(s % 101) / 7 for s in range(20_000)],
+                  [1.7e9 + s for s in range(20_000)])
     sink.close()
     client.force_login(MembershipFactory(team=job.team).user)
     url = f"/api/jobs/{job.pk}/series/downsampled?key=loss&buckets=1000"
@@ -245,7 +247,7 @@ def test_every_level_orders_nan_as_postgresql_does(flush_points):
     # Steps 0-31: values 1..7 and inf; steps 32-63: 1..7, NaN at 40, -1 at 62; step 63: 63 % 7 + 1.
     assert rollup.buckets == [[0, 31, 1.0, "Infinity", 31, 4.0], [32, 63, -1.0, "NaN", 63, 1.0]]
     # The raw points, bucketed here, give the same.
-    for half, bucket in zip((raw.buckets[:32], raw.buckets[32:]), rollup.buckets):
+    for half, bucket in zip((raw.buckets[:32], raw.buckets[32:]), rollup.buckets, strict=True):
         points = [float(b[5]) for b in half]
         assert bucket[2] == min(v for v in points if v == v)
         assert bucket[3] == ("NaN" if any(v != v for v in points) else "Infinity")

@@ -21,7 +21,8 @@ def brute_force(points, start, end, width):
     out = {}
     for step, value in sorted(points):
         if start <= step <= end:
-            b = out.setdefault(step // width, [step // width * width, step // width * width + width - 1, value, value, step, value])
+            b = out.setdefault(step // width,
+                               [step // width * width, step // width * width + width - 1, value, value, step, value])
             b[2], b[3] = min(b[2], value), max(b[3], value)
             b[4], b[5] = step, value
     return [out[k] for k in sorted(out)]
@@ -94,7 +95,8 @@ def test_rollups_equal_brute_force_at_every_level(job):
     for level in range(1, len(ROLLUP_WIDTHS)):
         width = ROLLUP_WIDTHS[level]
         stored = [[b * width, b * width + width - 1, lo, hi, ls, lv] for b, lo, hi, ls, lv in
-                  TraceRollup.objects.filter(level=level).order_by("bucket").values_list("bucket", "min", "max", "last_step", "last_value")]
+                  TraceRollup.objects.filter(level=level).order_by("bucket").values_list("bucket", "min", "max",
+                                                                                         "last_step", "last_value")]
         assert stored == brute_force(points, 0, 3_000_000, width), level
 
 

@@ -19,7 +19,8 @@ def train_config(student: str, **extra) -> dict:
             "eval_every": 2, "eval_prompts": 16, "checkpoint_every": 2, "device": "cpu", **extra}
 
 
-def test_a_worker_runs_a_training_job_and_keeps_its_checkpoints_in_the_jobs_run_directory(member, start_worker, toy_student):
+def test_a_worker_runs_a_training_job_and_keeps_its_checkpoints_in_the_jobs_run_directory(member, start_worker,
+                                                                                          toy_student):
     user, team = member
     worker = start_worker()
     job = do_submit_job(team=team, user=user, kind_name="train", config=train_config(toy_student))

@@ -22,10 +22,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='job',
             name='parent',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='children', to='jobs.job'),
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE,
+                                    related_name='children', to='jobs.job'),
         ),
         migrations.AddConstraint(
             model_name='job',
-            constraint=models.UniqueConstraint(condition=models.Q(('parent__isnull', False)), fields=('parent', 'child_key'), name='one_child_per_key'),
+            constraint=models.UniqueConstraint(condition=models.Q(('parent__isnull', False)),
+                                               fields=('parent', 'child_key'), name='one_child_per_key'),
         ),
     ]

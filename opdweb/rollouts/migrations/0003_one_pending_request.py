@@ -17,6 +17,8 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddConstraint(
             model_name='approvalrequest',
-            constraint=models.UniqueConstraint(condition=models.Q(('state', 'pending')), fields=('config', 'checkpoint'), name='one_pending_request_per_config_and_checkpoint'),
+            constraint=models.UniqueConstraint(condition=models.Q(('state', 'pending')),
+                                               fields=('config', 'checkpoint'),
+                                               name='one_pending_request_per_config_and_checkpoint'),
         ),
     ]

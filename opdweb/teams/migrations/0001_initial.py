@@ -27,9 +27,12 @@ class Migration(migrations.Migration):
             name='Membership',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.IntegerField(choices=[(10, 'viewer'), (20, 'member'), (30, 'approver'), (40, 'admin')], default=20)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='teams.team')),
+                ('role', models.IntegerField(choices=[(10, 'viewer'), (20, 'member'), (30, 'approver'), (40, 'admin')],
+                                             default=20)),
+                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships',
+                                           to=settings.AUTH_USER_MODEL)),
+                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships',
+                                           to='teams.team')),
             ],
             options={
                 'constraints': [models.UniqueConstraint(fields=('team', 'user'), name='one_membership_per_team')],

@@ -23,8 +23,10 @@ class Migration(migrations.Migration):
                 ('subject_id', models.BigIntegerField(blank=True, null=True)),
                 ('detail', models.JSONField(blank=True, default=dict)),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('actor', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='audit_entries', to='teams.team')),
+                ('actor', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+',
+                                            to=settings.AUTH_USER_MODEL)),
+                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='audit_entries',
+                                           to='teams.team')),
             ],
             options={
                 'verbose_name_plural': 'audit entries',

@@ -35,4 +35,5 @@ class Command(BaseCommand):
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
         creds.write_text(f"username: admin\npassword: {password}\n")
         creds.chmod(0o600)
-        self.stdout.write(self.style.SUCCESS(f"opdweb: created team 'demo' and user admin / {password} (saved in {creds})"))
+        self.stdout.write(self.style.SUCCESS(f"opdweb: created team 'demo' and user admin / {password} "
+                                             f"(saved in {creds})"))
