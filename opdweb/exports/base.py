@@ -7,8 +7,6 @@ from dataclasses import dataclass
 #: Token-level truncated importance sampling, the correction every export turns on.
 TIS_THRESHOLD = 2.0
 
-TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-
 
 @dataclass(frozen=True)
 class Provenance:

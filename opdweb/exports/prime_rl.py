@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from opdweb.exports.base import TORCH_DTYPES, Provenance, comment_block, fp8_weights
+from opdweb.exports.base import Provenance, comment_block, fp8_weights
+from workers.science.config import DTYPE_LIBRARY_NAMES
 
 
 def prime_rl_toml(config: dict, provenance: Provenance) -> str:
@@ -20,7 +21,7 @@ def prime_rl_toml(config: dict, provenance: Provenance) -> str:
         "",
         "[inference.model]",
         f"name = {json.dumps(provenance.checkpoint)}",
-        f"dtype = \"{TORCH_DTYPES[config['dtype']]}\"",
+        f"dtype = \"{DTYPE_LIBRARY_NAMES[config['dtype']]}\"",
         "",
         "[inference.vllm]",
     ]

@@ -1,7 +1,8 @@
 """verl: Hydra overrides for its trainer command line."""
 from __future__ import annotations
 
-from opdweb.exports.base import TIS_THRESHOLD, TORCH_DTYPES, Provenance, comment_block, fp8_weights
+from opdweb.exports.base import TIS_THRESHOLD, Provenance, comment_block, fp8_weights
+from workers.science.config import DTYPE_LIBRARY_NAMES
 
 
 def verl_overrides(config: dict, provenance: Provenance) -> str:
@@ -10,7 +11,7 @@ def verl_overrides(config: dict, provenance: Provenance) -> str:
     lines = comment_block(provenance, config, "verl") + [
         f"actor_rollout_ref.model.path={provenance.checkpoint}",
         "actor_rollout_ref.rollout.name=vllm",
-        f"actor_rollout_ref.rollout.dtype={TORCH_DTYPES[config['dtype']]}",
+        f"actor_rollout_ref.rollout.dtype={DTYPE_LIBRARY_NAMES[config['dtype']]}",
     ]
     if fp8_weights(config):
         lines.append("actor_rollout_ref.rollout.quantization=fp8")

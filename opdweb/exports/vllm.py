@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from opdweb.exports.base import TORCH_DTYPES, Provenance, fp8_weights, notes
+from opdweb.exports.base import Provenance, fp8_weights, notes
+from workers.science.config import DTYPE_LIBRARY_NAMES
 
 
 def _kv_layers_kept(config: dict) -> list[int]:
@@ -19,7 +20,7 @@ def _ignored_layers(config: dict) -> list[str]:
 
 def vllm_engine_args(config: dict, provenance: Provenance) -> str:
     """JSON: ``LLM(**engine_args)`` and ``SamplingParams(**sampling_params)``."""
-    engine = {"model": provenance.checkpoint, "dtype": TORCH_DTYPES[config["dtype"]]}
+    engine = {"model": provenance.checkpoint, "dtype": DTYPE_LIBRARY_NAMES[config["dtype"]]}
     if fp8_weights(config):
         engine["quantization"] = "fp8"
         if config["keep_bf16"]:
