@@ -39,6 +39,8 @@ def _resolve(value: str, roots: list[Path], what: str) -> Path:
     """The real path ``value`` names, absolute or relative to a root, inside a root."""
     if "\x00" in value:
         raise OutsideSandbox("is not a valid path (it contains a NUL character)")
+    if not value.isprintable():  # a newline in a path would become a line of its own in an export
+        raise OutsideSandbox("is not a usable path (it contains a newline or another control character)")
     try:
         return _resolve_path(value, roots, what)
     except (OSError, RuntimeError) as exc:  # a name too long, an unknown ~user, a loop of links

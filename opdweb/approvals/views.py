@@ -13,6 +13,7 @@ from opdweb.approvals.actions import do_decide, do_request_approval
 from opdweb.approvals.currency import lapse_reason
 from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from opdweb.exports import FORMATS, Provenance
+from opdweb.exports.quoting import UnrenderableValue
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.rollouts.access import visible_config
@@ -94,7 +95,10 @@ def approval_export(request, approval_id: int, fmt: str):
         approved_at=approval.decided_at.isoformat(timespec="seconds"), admission_job_id=job.pk,
         verdict=verdict_of(job) or "?", multiple=(job.result or {}).get("multiple"),
     )
-    text = export.render(record.config, provenance)
+    try:
+        text = export.render(record.config, provenance)
+    except UnrenderableValue as exc:  # a checkpoint recorded before such paths were refused
+        raise Refused(f"this approval cannot be exported as {export.slug}: {exc}", status=409) from None
     audit.record(approval.team, request.user, audit.CONFIG_EXPORTED, f"exported {record.name} as {export.slug}",
                  subject="approval", subject_id=approval.pk, config=record.pk, format=export.slug)
     response = HttpResponse(text, content_type=f"{export.content_type}; charset=utf-8")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from opdweb.exports.quoting import comment
+
 #: Token-level truncated importance sampling, the correction every export turns on.
 TIS_THRESHOLD = 2.0
 
@@ -59,5 +61,6 @@ def fp8_weights(config: dict) -> bool:
 
 
 def comment_block(provenance: Provenance, config: dict, target: str) -> list[str]:
-    """The provenance line and ``target``'s notes as ``#`` comments, heading a text export."""
-    return [f"# {provenance.line()}"] + [f"# note: {n}" for n in notes(config, target)]
+    """The provenance line and ``target``'s notes as ``#`` comments, heading a text export
+    (each one line whatever the names in it hold)."""
+    return [comment(provenance.line())] + [comment(f"note: {n}") for n in notes(config, target)]

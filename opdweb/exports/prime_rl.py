@@ -1,9 +1,8 @@
 """prime-rl: the rollout part of its TOML config file."""
 from __future__ import annotations
 
-import json
-
 from opdweb.exports.base import Provenance, comment_block, fp8_weights
+from opdweb.exports.quoting import toml_string
 from workers.science.config import DTYPE_LIBRARY_NAMES
 
 
@@ -20,7 +19,7 @@ def prime_rl_toml(config: dict, provenance: Provenance) -> str:
         f"max_tokens = {sampling['max_new_tokens']}",
         "",
         "[inference.model]",
-        f"name = {json.dumps(provenance.checkpoint)}",
+        f"name = {toml_string(provenance.checkpoint)}",
         f"dtype = \"{DTYPE_LIBRARY_NAMES[config['dtype']]}\"",
         "",
         "[inference.vllm]",

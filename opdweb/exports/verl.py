@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from opdweb.exports.base import TIS_THRESHOLD, Provenance, comment_block, fp8_weights
+from opdweb.exports.quoting import hydra_value
 from workers.science.config import DTYPE_LIBRARY_NAMES
 
 
@@ -9,7 +10,7 @@ def verl_overrides(config: dict, provenance: Provenance) -> str:
     """Hydra overrides for verl's trainer command line, one per line."""
     sampling = config["sampling"]
     lines = comment_block(provenance, config, "verl") + [
-        f"actor_rollout_ref.model.path={provenance.checkpoint}",
+        f"actor_rollout_ref.model.path={hydra_value(provenance.checkpoint)}",
         "actor_rollout_ref.rollout.name=vllm",
         f"actor_rollout_ref.rollout.dtype={DTYPE_LIBRARY_NAMES[config['dtype']]}",
     ]

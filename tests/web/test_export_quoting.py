@@ -1,0 +1,121 @@
+"""What an approver saw is what is exported: names and paths people wrote cannot add a
+setting to any export. Each format is read back with that tool's own parser (hydra-core
+and OmegaConf for verl's overrides, tomllib for prime-rl, shlex for slime's shell line,
+PyYAML, json) and must hold exactly the settings of a benign export, with the hostile text
+as the value it was given."""
+import json
+import random
+import shlex
+import tomllib
+from dataclasses import replace
+
+import pytest
+import yaml
+from django.test import Client
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from opdweb.exports import FORMATS
+from opdweb.exports.quoting import UnrenderableValue, hydra_value, printable, shell_word, toml_string
+from opdweb.rollouts.canonical import canonical_rollout
+from opdweb.rollouts.models import RolloutConfigRecord
+from opdweb.sandbox import OutsideSandbox, confine_model
+from tests.web.test_config_exports import PROVENANCE
+from tests.web.test_configs import form_data
+
+CONFIG = canonical_rollout({"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3", "staleness": 2})
+# The names of the security review, and their kin.
+HOSTILE_NAMES = [
+    "inj\nactor_rollout_ref.rollout.quantization=none\ntrainer.total_epochs=999",
+    "x\nseed = 666\nmax_async_level = 64\n[orchestrator]\nmax_off_policy_steps = 64",
+    "x\r\n--rollout-temperature 9 \\\n--extra-flag",
+    "x\u2028seed = 1\u2029", "tab\there", "nul\x00byte", "bidi \u202egnp.exe",
+]
+# Printable paths that still mean something to a parser (checkpoints are printable: see below).
+HOSTILE_PATHS = ["/models/a b", "/models/it's", "/models/${oc.env:HOME}", "/models/x\\'y", "/models/$(reboot)",
+                 "/models/a;b=c,d", "/models/[1,2]", '/models/"q"', "/models/tail\\", "/models/é"]
+HYDRA = OverridesParser.create()
+
+
+def overrides(text: str) -> dict:
+    """verl's view: every non-comment line as Hydra parses it, resolved as OmegaConf holds it."""
+    parsed = [HYDRA.parse_override(line) for line in text.splitlines() if line and not line.startswith("#")]
+    return {o.key_or_group: OmegaConf.create({"v": o.value()}).v for o in parsed}
+
+
+def shell_words(text: str) -> list[str]:
+    return shlex.split("\n".join(line for line in text.splitlines() if not line.startswith("#")))
+
+
+def comments(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#")]
+
+
+def render(fmt: str, **changes) -> str:
+    return FORMATS[fmt].render(CONFIG, replace(PROVENANCE, **changes))
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_hostile_config_name_adds_nothing_to_any_export(name):
+    benign = {fmt: render(fmt) for fmt in FORMATS}
+    assert overrides(render("verl", config_name=name)) == overrides(benign["verl"])
+    assert tomllib.loads(render("prime-rl", config_name=name)) == tomllib.loads(benign["prime-rl"])
+    assert shell_words(render("slime", config_name=name)) == shell_words(benign["slime"])
+    for fmt in ("verl", "prime-rl", "slime"):  # the name stays inside its one comment line
+        assert len(comments(render(fmt, config_name=name))) == len(comments(benign[fmt]))
+    assert yaml.safe_load(render("yaml", config_name=name))["opdweb"]["config_name"] == name
+    assert json.loads(render("vllm", config_name=name))["opdweb"]["config_name"] == name
+
+
+@pytest.mark.parametrize("path", HOSTILE_PATHS)
+def test_a_checkpoint_path_is_the_one_value_it_names_in_every_export(path):
+    verl = overrides(render("verl", checkpoint=path))
+    toml = tomllib.loads(render("prime-rl", checkpoint=path))
+    slime = shell_words(render("slime", checkpoint=path))
+    assert verl == {**overrides(render("verl")), "actor_rollout_ref.model.path": path}
+    benign_toml = tomllib.loads(render("prime-rl"))
+    benign_toml["inference"]["model"]["name"] = path
+    assert toml == benign_toml
+    benign_words = shell_words(render("slime"))
+    assert slime == [path if word == PROVENANCE.checkpoint else word for word in benign_words]
+    assert json.loads(render("vllm", checkpoint=path))["engine_args"]["model"] == path
+
+
+def test_the_quoting_round_trips_through_each_parser_for_any_text():
+    rng = random.Random(0)
+    alphabet = ["\\", "'", '"', "$", "{", "}", "a", " ", "=", ",", "[", "]", ":", "/", "#", ";", "é", "\t", "\n"]
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        assert tomllib.loads(f"k = {toml_string(text)}")["k"] == text
+        assert "\n" not in printable(text) and printable(text).isprintable()
+        if text.isprintable():
+            assert shlex.split(shell_word(text)) == [text]
+            assert OmegaConf.create({"v": HYDRA.parse_override(f"k={hydra_value(text)}").value()}).v == text
+        else:
+            with pytest.raises(UnrenderableValue):
+                hydra_value(text)
+
+
+def test_a_plain_path_is_written_as_it_stands():
+    assert hydra_value("/models/student-1.5b") == shell_word("/models/student-1.5b") == "/models/student-1.5b"
+
+
+def test_a_config_name_that_is_not_one_printable_line_is_refused_and_nothing_written(member):
+    user, team = member
+    client = Client()
+    client.force_login(user)
+    for name in HOSTILE_NAMES + ["x" * 201]:
+        response = client.post("/configs/new/", form_data(team, name=name))
+        assert response.status_code == 400, name
+        assert b"name" in response.content  # the form names the field (a NUL is refused before any view)
+    assert not RolloutConfigRecord.objects.exists()
+    assert client.post("/configs/new/", form_data(team, name="  fp8 w+kv  ")).status_code == 302
+    assert RolloutConfigRecord.objects.get().name == "fp8 w+kv"
+
+
+def test_a_checkpoint_path_with_a_control_character_is_refused(settings, tmp_path):
+    settings.OPDWEB_MODEL_ROOTS = [tmp_path]
+    (tmp_path / "a\nb").mkdir()
+    (tmp_path / "a\nb" / "config.json").write_text("{}")
+    with pytest.raises(OutsideSandbox, match="control character"):
+        confine_model(str(tmp_path / "a\nb"))
