@@ -59,6 +59,8 @@ def check_storable(data: Any, what: str, root: str = "") -> None:
             refuse(where, "is not a finite number")
         elif isinstance(value, dict):
             for key, item in value.items():
+                if not isinstance(key, str):  # JSON's never are; a mapping built otherwise may be
+                    refuse(where, f"has a field name that is not text ({key!r})")
                 if "\x00" in key:
                     refuse(where, "a field name contains a NUL character")
                 stack.append((f"{where}.{key}" if where else key, item, depth + 1))

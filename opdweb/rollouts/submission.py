@@ -14,10 +14,31 @@ from opdweb.rollouts.canonical import ValidationError, canonical_rollout, config
 from opdweb.rollouts.form_schema import ROLLOUT_FIELDS, set_at
 from workers.science.config import RolloutConfig
 
+#: The largest whole number (either side of zero) a rollout config may hold.  Every field's
+#: own bound is far smaller; this one is checked before anything is built, so that no number
+#: reaches Python's 4,300-digit limit on int/str conversion, the schema or PostgreSQL, and
+#: every export format (TOML's integers are 64-bit) can write what was accepted.
+MAX_WHOLE_NUMBER = 2**63 - 1
+_TOO_LARGE = f"is too large: whole numbers in a rollout config are at most {MAX_WHOLE_NUMBER:,} in magnitude"
 
-def config_from_form(post) -> dict:
+
+def _line_entry(name: str, index: int, line: str, as_typed: bool):
+    """One line of a "lines" input: digits are a number (a layer index), the rest text."""
+    if not line.isdecimal():  # not isdigit(): int() refuses "²", which isdigit() accepts
+        return line
+    if len(line) <= len(str(MAX_WHOLE_NUMBER)) and int(line) <= MAX_WHOLE_NUMBER:
+        return int(line)
+    if as_typed:
+        return line
+    message = f"{_TOO_LARGE} (this one has {len(line):,} digits)"
+    raise Refused(f"{name} entry {index}: {message}", details=[{"field": f"{name}.{index}", "message": message}])
+
+
+def config_from_form(post, *, as_typed: bool = False) -> dict:
     """The config the form's inputs describe.  Values are passed on as typed, so the schema
-    (not this function) judges them; an empty number means the default."""
+    (not this function) judges them; an empty number means the default.  A line of digits
+    too long to be a number is refused here (400), or with ``as_typed`` (the form shown
+    again) kept as it was typed."""
     config: dict = {}
     for field in ROLLOUT_FIELDS:
         raw = post.get(field.name)
@@ -25,7 +46,7 @@ def config_from_form(post) -> dict:
             set_at(config, field.name, raw is not None)
         elif field.widget == "lines":
             lines = [line.strip() for line in (raw or "").splitlines() if line.strip()]
-            set_at(config, field.name, [int(line) if line.isdigit() else line for line in lines])
+            set_at(config, field.name, [_line_entry(field.name, i, line, as_typed) for i, line in enumerate(lines)])
         elif raw is not None and raw.strip() != "":
             set_at(config, field.name, raw.strip())
     return config
@@ -41,18 +62,89 @@ class _LoaderWithoutAliases(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+_STR_TAG, _INT_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:int"
+#: What YAML 1.1 reads an unquoted key as, when not as text: ``on`` is true, ``~`` null.
+_READ_AS = {"tag:yaml.org,2002:bool": "true or false", "tag:yaml.org,2002:null": "null",
+            "tag:yaml.org,2002:int": "a number", "tag:yaml.org,2002:float": "a number",
+            "tag:yaml.org,2002:timestamp": "a date", "tag:yaml.org,2002:merge": "a merge key (<<)",
+            "tag:yaml.org,2002:value": "a value key (=)"}
+#: A whole number written longer than this is refused unbuilt (2**63 takes 19 digits, or
+#: 66 characters in binary): building it could take long, or Python refuse it.
+_MAX_WHOLE_NUMBER_CHARS = 100
+
+
+def _refuse_yaml(field: str, message: str):
+    raise Refused(f"the YAML: {field} {message}", details=[{"field": field, "message": message}])
+
+
+def _check_whole_number(loader: yaml.SafeLoader, where: str, node: yaml.ScalarNode) -> None:
+    if len(node.value) > _MAX_WHOLE_NUMBER_CHARS:
+        _refuse_yaml(where, f"{_TOO_LARGE} (this one is written with {len(node.value):,} characters)")
+    try:
+        value = loader.construct_yaml_int(node)
+    except ValueError:  # an explicit !!int on what is no number
+        _refuse_yaml(where, f"is tagged !!int but {node.value!r} is not a whole number")
+    if abs(value) > MAX_WHOLE_NUMBER:
+        _refuse_yaml(where, _TOO_LARGE)
+
+
+def _check_input_limits(loader: yaml.SafeLoader, root: yaml.Node) -> None:
+    """Refuse (400, naming the key) what the YAML says that no rollout config can: keys that
+    YAML reads as something other than text (``1``, ``on``, ``~``, dates) and whole numbers
+    past :data:`MAX_WHOLE_NUMBER`.  It walks the composed nodes, before any value is built,
+    iteratively (the depth is the composer's and check_storable's to limit)."""
+    stack: list[tuple[str, yaml.Node]] = [("", root)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                line = key_node.start_mark.line + 1
+                if not isinstance(key_node, yaml.ScalarNode):
+                    kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+                    _refuse_yaml(where or "(top level)", f"has a key that is a {kind} (line {line}), not a field name")
+                path = f"{where}.{key_node.value}" if where else key_node.value
+                if key_node.tag != _STR_TAG:
+                    read_as = _READ_AS.get(key_node.tag, f"a {key_node.tag} value")
+                    _refuse_yaml(path, f"is read as {read_as} (line {line}), not as a field name; "
+                                       f"put it in quotes ('{key_node.value}') if you mean the name")
+                stack.append((path, value_node))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((f"{where}.{i}" if where else str(i), item) for i, item in enumerate(node.value))
+        elif node.tag == _INT_TAG:
+            _check_whole_number(loader, where or "(top level)", node)
+
+
 def config_from_yaml(text: str) -> dict:
-    """A YAML mapping, or a 400 (a 413 past the size limit) saying what is wrong with it."""
+    """A YAML mapping, or a 400 (a 413 past the size limit) saying what is wrong with it.
+    The input limits (:func:`_check_input_limits`) are checked on the parsed nodes before
+    any value is built."""
     limit = settings.JOB_CONFIG_MAX_BYTES
     if len(text.encode()) > limit:
         raise Refused(f"the YAML is {len(text.encode()):,} bytes; a rollout config may be at most {limit:,}",
                       status=413)
     try:
-        data = yaml.load(text, Loader=_LoaderWithoutAliases)  # noqa: S506 (a SafeLoader)
+        loader = _LoaderWithoutAliases(text)  # the reader refuses unprintable characters here
     except yaml.YAMLError as exc:
         raise Refused(f"the YAML cannot be read: {exc}") from None
-    except RecursionError:
-        raise Refused("the YAML is nested too deeply to be a rollout config") from None
+    try:
+        try:
+            node = loader.get_single_node()
+        except yaml.YAMLError as exc:
+            raise Refused(f"the YAML cannot be read: {exc}") from None
+        except RecursionError:
+            raise Refused("the YAML is nested too deeply to be a rollout config") from None
+        if node is None:
+            return {}
+        _check_input_limits(loader, node)
+        try:
+            data = loader.construct_document(node)
+        except (yaml.YAMLError, ValueError, TypeError, AttributeError, ArithmeticError) as exc:
+            # e.g. !!float or !!timestamp on what is no number or date
+            raise Refused(f"the YAML cannot be read: {exc}") from None
+        except RecursionError:
+            raise Refused("the YAML is nested too deeply to be a rollout config") from None
+    finally:
+        loader.dispose()
     if data is None:
         return {}
     if not isinstance(data, dict):

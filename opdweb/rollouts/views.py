@@ -110,7 +110,7 @@ def config_new(request, derived_from: RolloutConfigRecord | None = None):
                                                derived_from=derived_from)
         except Refused as exc:
             status, context["error"], context["problems"] = exc.status, str(exc), exc.details
-            shown = config_from_form(request.POST) if source == "form" else shown
+            shown = config_from_form(request.POST, as_typed=True) if source == "form" else shown
         else:
             if not created:
                 messages.info(request, f"this config already exists in team {team.slug} as {record.name}")

@@ -289,3 +289,89 @@ def test_configs_compare_field_by_field_with_their_latest_verdict_per_checkpoint
     assert client.get(f"/configs/compare/?ids={bf16.pk}").status_code == 400
     assert "config ids are whole numbers" in client.get(f"/configs/compare/?ids={bf16.pk},x").content.decode()
     assert client.get(f"/configs/compare/?ids={bf16.pk},{theirs.pk}").status_code == 404
+
+
+# Input limits: what YAML or the form can say that the schema never sees as a value.
+
+HUGE_DIGITS = "1" + "0" * 4999  # past Python's 4,300-digit limit on int(str)
+
+
+@pytest.mark.parametrize(("text", "field", "words"), [
+    ("seed: " + HUGE_DIGITS + "\n", "seed", "too large"),
+    ("keep_bf16: [0, " + HUGE_DIGITS + "]\n", "keep_bf16.1", "too large"),
+    ("sampling:\n  max_new_tokens: " + HUGE_DIGITS + "\n", "sampling.max_new_tokens", "too large"),
+    ("seed: 0x" + "f" * 4000 + "\n", "seed", "too large"),  # 4,817 decimal digits, built without int(str)
+    ("seed: " + ":".join(["59"] * 3000) + "\n", "seed", "too large"),  # YAML 1.1 base 60
+    ("seed: -" + "9" * 30 + "\n", "seed", "too large"),
+    ("1: 2\n", "1", "read as a number"),
+    ("on: 1\n", "on", "read as true or false"),
+    ("~: 1\n", "~", "read as null"),
+    ("2024-01-01: 1\n", "2024-01-01", "read as a date"),
+    ("1.5: x\n", "1.5", "read as a number"),
+    ("sampling:\n  on: 1\n", "sampling.on", "read as true or false"),
+    ("sampling:\n  temperature: 0.5\n  1: 2\n", "sampling.1", "read as a number"),
+    ("keep_bf16:\n- {null: 1}\n", "keep_bf16.0.null", "read as null"),
+    ("? [a, b]\n: 1\n", "(top level)", "has a key that is a list"),
+    ("seed: !!int abc\n", "seed", "is not a whole number"),
+], ids=["5000-digits", "5000-digits-in-keep_bf16", "5000-digits-nested", "hex", "base-60", "negative", "int-key",
+        "on-key", "null-key", "date-key", "float-key", "on-key-nested", "int-key-nested", "null-key-in-a-list",
+        "list-key", "tagged-int"])
+def test_yaml_past_the_input_limits_is_refused_with_the_key_named(member_client, text, field, words):
+    client, user, team = member_client
+    response = client.post("/configs/new/", {"source": "yaml", "team": team.slug, "name": "x", "yaml": text})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert words in html
+    assert [p["field"] for p in response.context["problems"]] == [field]
+    assert f"<b>{field}</b>" in html
+    assert response.context["yaml_text"] == text  # what was pasted stays in the box
+    assert RolloutConfigRecord.objects.count() == 0 and AuditEntry.objects.count() == 0
+
+
+def test_an_explicit_tag_on_what_it_cannot_be_is_refused(member_client):
+    client, user, team = member_client
+    for text in ("noise_sigma: !!float abc\n", "keep_bf16: [!!timestamp abc]\n"):
+        response = client.post("/configs/new/", {"source": "yaml", "team": team.slug, "yaml": text})
+        assert response.status_code == 400 and "the YAML cannot be read" in response.content.decode(), text
+    assert RolloutConfigRecord.objects.count() == 0
+
+
+def test_an_uploaded_yaml_with_a_huge_integer_is_refused(member_client):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    client, user, team = member_client
+    upload = SimpleUploadedFile("cfg.yaml", b"noise_seed: " + HUGE_DIGITS.encode() + b"\n", "text/yaml")
+    response = client.post("/configs/new/", {"source": "yaml", "team": team.slug, "yaml_file": upload})
+    assert response.status_code == 400 and "noise_seed" in response.content.decode()
+    assert RolloutConfigRecord.objects.count() == 0
+
+
+def test_a_5000_digit_keep_bf16_line_in_the_form_is_refused_next_to_the_field(member_client):
+    client, user, team = member_client
+    response = client.post("/configs/new/", form_data(team, name="big", keep_bf16="3\n" + HUGE_DIGITS))
+    assert response.status_code == 400
+    problems = response.context["problems"]
+    assert [p["field"] for p in problems] == ["keep_bf16.1"] and "too large" in problems[0]["message"]
+    html = response.content.decode()
+    assert 'data-field="keep_bf16">entry 1: ' in html
+    assert "3\n" + HUGE_DIGITS in html  # what was typed stays in the form
+    assert 'name="name" value="big"' in html
+    assert RolloutConfigRecord.objects.count() == 0 and AuditEntry.objects.count() == 0
+
+
+def test_whole_numbers_up_to_the_limits_and_quoted_keys_still_work(member_client):
+    client, user, team = member_client
+    # A superscript digit is a digit to str.isdigit() but not to int(): it stays a pattern.
+    response = client.post("/configs/new/", form_data(team, name="form", keep_bf16="0\n9223372036854775807\n²"))
+    assert response.status_code == 302
+    assert RolloutConfigRecord.objects.get(name="form").config["keep_bf16"] == [0, 9223372036854775807, "²"]
+    text = ("'seed': 2147483647\nkeep_bf16: [0x1f, 9223372036854775807, '2024-01-01']\n"
+            "sampling:\n  \"temperature\": 0.5\n  max_new_tokens: 1_024\n")
+    response = client.post("/configs/new/", {"source": "yaml", "team": team.slug, "name": "yaml", "yaml": text})
+    assert response.status_code == 302
+    config = RolloutConfigRecord.objects.get(name="yaml").config
+    assert config["seed"] == 2147483647 and config["keep_bf16"] == [31, 9223372036854775807, "2024-01-01"]
+    assert config["sampling"]["temperature"] == 0.5 and config["sampling"]["max_new_tokens"] == 1024
+    # Past the schema's own bound (not the input limit): the schema's message, as before.
+    response = client.post("/configs/new/", {"source": "yaml", "team": team.slug, "yaml": "seed: 99999999999\n"})
+    assert response.status_code == 400 and "must be at most 2147483647" in response.content.decode()
