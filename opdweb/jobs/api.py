@@ -180,7 +180,7 @@ def list_jobs(request, query: JobFilter):
 
 
 @routes.route("POST", "jobs", summary="Submit a job", body=JobIn, body_schema=job_submission_schema, response=JobOut,
-              status=201, errors=(400, 403, 413))
+              status=201, errors=(400, 403, 413, 503))  # 503: the broker is unreachable
 def submit_job(request, body: JobIn):
     teams = teams_of(request.user, Role.MEMBER)
     if body.team:
