@@ -1,6 +1,7 @@
 """``/healthz`` for load balancers and the status page for people."""
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 
 import redis
@@ -78,12 +79,18 @@ def status_page(request):
     cutoff = timezone.now() - timedelta(seconds=settings.WORKER_SEEN_SECONDS)
     # Job counts of the teams the person belongs to; staff see every team's.
     jobs = Job.objects.all() if request.user.is_staff else Job.objects.filter(team__in=teams_of(request.user))
+    # Workers and queues serve every team: their names, hosts and depths are for staff;
+    # everyone else sees how many workers are alive on which devices.
+    workers = WorkerPresence.objects.all()
+    alive = [w for w in workers if not w.stopped and w.last_seen >= cutoff]
     context = {
         "database": _shown(check_database(), request.user),
         "redis": _shown(check_redis(), request.user),
-        "workers": WorkerPresence.objects.all(),
+        "staff": request.user.is_staff,
+        "workers": workers if request.user.is_staff else [],
+        "alive_devices": sorted(Counter(w.device for w in alive).items()),
         "cutoff": cutoff,
-        "queues": queue_depths(),
+        "queues": queue_depths() if request.user.is_staff else {},
         "running": jobs.filter(state=JobState.RUNNING).count(),
         "queued": jobs.filter(state=JobState.QUEUED).count(),
         "all_teams": request.user.is_staff,

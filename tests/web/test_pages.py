@@ -60,16 +60,22 @@ def test_pages_need_a_login(client):
         assert response.status_code == 302 and response["Location"].startswith("/login/"), url
 
 
-def test_the_status_page_lists_workers_and_queues(client, member):
+def test_the_status_page_lists_workers_and_queues_for_staff_only(client, member, outsider):
+    from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    user, _ = member
-    WorkerPresence.objects.create(name="gpu0@box", hostname="box", pid=1, queues=["gpu"], device="cuda:0 (NVIDIA H100)",
-                                  started_at=timezone.now(), last_seen=timezone.now())
-    client.force_login(user)
+    WorkerPresence.objects.create(name="gpu0@box-17", hostname="box-17", pid=1, queues=["gpu"],
+                                  device="cuda:0 (NVIDIA H100)", started_at=timezone.now(), last_seen=timezone.now())
+    staff = get_user_model().objects.create_user("ops", password="pw-ops-123", is_staff=True)
+    client.force_login(staff)
     page = client.get("/status/").content.decode()
-    assert "gpu0@box" in page and "cuda:0 (NVIDIA H100)" in page and "alive" in page
+    assert "gpu0@box-17" in page and "cuda:0 (NVIDIA H100)" in page and "alive" in page
     assert "<td>gpu</td>" in page and "<td>cpu</td>" in page
+    for user in (member[0], outsider, get_user_model().objects.create_user("teamless", password="pw-none-123")):
+        client.force_login(user)
+        page = client.get("/status/").content.decode()
+        assert "1 alive on cuda:0 (NVIDIA H100)" in page
+        assert "box-17" not in page and "<h2>Queues</h2>" not in page and "<td>gpu</td>" not in page
 
 
 def test_another_teams_job_page_is_404(client, member, outsider):
