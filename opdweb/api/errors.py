@@ -1,7 +1,9 @@
 """Errors as JSON ``Problem`` answers: ``{"detail", "errors"}`` with a 4xx or 5xx."""
 from __future__ import annotations
 
-from django.http import JsonResponse
+import sys
+
+from django.http import HttpResponse, JsonResponse
 
 
 def problem(status: int, detail: str, errors: list | None = None) -> JsonResponse:
@@ -24,7 +26,23 @@ def not_found(request, exception=None):
     return page_not_found(request, exception)
 
 
+DATABASE_DOWN = "the database is unreachable; nothing was changed, try again in a moment"
+
+
+def _database_unreachable() -> bool:
+    """Whether the exception being handled is the database not answering (Django calls the
+    500 handler inside its ``except``), as opposed to a bug."""
+    from django.db import InterfaceError, OperationalError
+
+    return isinstance(sys.exc_info()[1], (OperationalError, InterfaceError))
+
+
 def server_error(request):
+    if _database_unreachable():  # an outage, not a bug: 503, which a client may retry
+        if _under_api(request) or request.path == "/healthz":
+            return JsonResponse({"status": "degraded"} if request.path == "/healthz" else
+                                {"detail": DATABASE_DOWN, "errors": []}, status=503)
+        return HttpResponse(DATABASE_DOWN, status=503, content_type="text/plain; charset=utf-8")
     if _under_api(request):
         return problem(500, "internal error; it has been logged")
     from django.views.defaults import server_error as page_server_error

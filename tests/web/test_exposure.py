@@ -136,3 +136,32 @@ def test_the_openapi_document_stays_public(client):
     response = client.get("/api/openapi.json")
     assert response.status_code == 200
     assert response.json()["openapi"] == "3.1.0"
+
+
+def test_with_the_database_unreachable_every_answer_is_a_quick_503(start_asgi_server):
+    """A daphne whose database does not answer: /healthz says degraded (a session cookie
+    changes nothing), the API answers its JSON problem and pages a plain 503, each within
+    the connect timeout, none a 500 or a traceback."""
+    import http.client
+    import json as json_lib
+    import time as time_lib
+
+    from opdweb.embedded_servers import free_port
+
+    host, port = start_asgi_server(DATABASE_URL=f"postgres://nobody@127.0.0.1:{free_port()}/none",
+                                   DB_CONNECT_TIMEOUT_S="2").split(":")
+    session = "sessionid=" + "a1" * 16  # well formed, so the session is looked up in the database
+    for path, cookie in [("/healthz", ""), ("/healthz", session), ("/api/jobs", session), ("/jobs/", session)]:
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        started = time_lib.monotonic()
+        connection.request("GET", path, headers={"Cookie": cookie} if cookie else {})
+        response = connection.getresponse()
+        body, took = response.read().decode(), time_lib.monotonic() - started
+        assert response.status == 503, (path, cookie, response.status, body[:300])
+        assert took < 15, (path, took)
+        if path == "/healthz":
+            assert json_lib.loads(body) == {"status": "degraded"}
+        elif path.startswith("/api/"):
+            assert json_lib.loads(body)["detail"].startswith("the database is unreachable")
+        else:
+            assert body.startswith("the database is unreachable") and "Traceback" not in body
