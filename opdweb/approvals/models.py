@@ -2,6 +2,8 @@
 its delivery log (the audit log is the team's: :mod:`opdweb.teams.audit`)."""
 from __future__ import annotations
 
+import hashlib
+
 from django.conf import settings
 from django.db import models
 
@@ -48,6 +50,12 @@ class ApprovalRequest(models.Model):
         return f"approval #{self.pk} of {self.config} for {self.checkpoint} ({self.state})"
 
 
+def webhook_fingerprint(url: str, secret: str) -> str:
+    """Which webhook a delivery was queued for: a digest of its URL and secret (the secret
+    itself is kept once, on the webhook)."""
+    return hashlib.sha256(f"{url}\0{secret}".encode()).hexdigest()
+
+
 class TeamWebhook(models.Model):
     """Where a team's approval events are posted, and the secret they are signed with."""
 
@@ -64,6 +72,7 @@ class DeliveryState(models.TextChoices):
     PENDING = "pending"
     DELIVERED = "delivered"
     FAILED = "failed"
+    DROPPED = "dropped"  # its webhook was removed or changed before it went: recorded, never sent
 
 
 class WebhookDelivery(models.Model):
@@ -72,6 +81,8 @@ class WebhookDelivery(models.Model):
     team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="webhook_deliveries")
     event = models.CharField(max_length=40)
     url = models.URLField(max_length=1000)
+    webhook_fingerprint = models.CharField(max_length=64, blank=True,
+                                           help_text="sha256 of the URL and secret it was queued for")
     payload = models.JSONField()
     state = models.CharField(max_length=10, choices=DeliveryState.choices, default=DeliveryState.PENDING)
     attempts = models.PositiveIntegerField(default=0)

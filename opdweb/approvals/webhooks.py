@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from opdweb.approvals.models import DeliveryState, TeamWebhook, WebhookDelivery
+from opdweb.approvals.models import DeliveryState, TeamWebhook, WebhookDelivery, webhook_fingerprint
 from opdweb.jobs.broker import BROKER_ERRORS
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ def queue_event(team, event: str, payload: dict) -> WebhookDelivery | None:
     if hook is None:
         return None
     delivery = WebhookDelivery.objects.create(team=team, event=event, url=hook.url,
+                                              webhook_fingerprint=webhook_fingerprint(hook.url, hook.secret),
                                               payload={"event": event, "team": team.slug, **payload})
     transaction.on_commit(lambda: _send_task(delivery.pk))
     return delivery
@@ -64,7 +65,14 @@ def attempt_delivery(delivery_id: int) -> bool:
     if delivery is None or delivery.state == DeliveryState.DELIVERED:
         return True
     hook = TeamWebhook.objects.filter(team=delivery.team).first()
-    secret = hook.secret if hook is not None else ""
+    if hook is None or webhook_fingerprint(hook.url, hook.secret) != delivery.webhook_fingerprint:
+        # Sent now it would go signed with another secret (or none): a forgery anyone could make.
+        delivery.state = DeliveryState.DROPPED
+        delivery.last_error = ("not sent: the webhook was removed since this event was queued" if hook is None else
+                               "not sent: the webhook's URL or secret changed since this event was queued")
+        delivery.save(update_fields=["state", "last_error"])
+        return True
+    secret = hook.secret
     body = body_of(delivery)
     request = urllib.request.Request(delivery.url, data=body, method="POST", headers={
         "Content-Type": "application/json",

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from opdweb.approvals.models import ApprovalRequest, DeliveryState, TeamWebhook, WebhookDelivery
-from opdweb.approvals.webhooks import attempt_delivery
+from opdweb.approvals.webhooks import attempt_delivery, queue_event
 from opdweb.embedded_servers import free_port
 from opdweb.rollouts.actions import do_create_config
 from opdweb.teams.models import AuditEntry, Role
@@ -129,8 +129,7 @@ def test_a_receiver_that_cannot_be_reached_is_logged_and_given_up_after_the_limi
     team = TeamFactory()
     closed_port = free_port()
     TeamWebhook.objects.create(team=team, url=f"http://127.0.0.1:{closed_port}/hook", secret=SECRET)
-    delivery = WebhookDelivery.objects.create(team=team, event="approval.requested",
-                                              url=f"http://127.0.0.1:{closed_port}/hook", payload={"event": "x"})
+    delivery = queue_event(team, "approval.requested", {"x": 1})
     assert attempt_delivery(delivery.pk) is False
     assert attempt_delivery(delivery.pk) is False
     assert attempt_delivery(delivery.pk) is True  # the third and last attempt
@@ -153,3 +152,37 @@ def test_webhook_settings_refuse_bad_input_and_non_admins(settings):
     response = approver.post(f"/teams/{team.slug}/webhook/", {"url": "https://example.com/x", "secret": SECRET})
     assert response.status_code == 403
     assert not TeamWebhook.objects.exists() and not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("change", ["secret", "url", "removed"])
+def test_a_delivery_queued_before_its_webhook_changed_is_dropped_not_sent(receiver, change):
+    """A retry goes only to the webhook it was queued for, signed with that webhook's
+    secret: after the secret or URL changed, or the webhook went, it is recorded as dropped
+    and nothing reaches any receiver (signed with an empty key, anyone could forge it)."""
+    old, new = receiver(), receiver()
+    team = TeamFactory()
+    TeamWebhook.objects.create(team=team, url=old.url, secret=SECRET)
+    delivery = queue_event(team, "approval.requested", {"approval": 1})
+    if change == "removed":
+        TeamWebhook.objects.filter(team=team).delete()
+    else:
+        TeamWebhook.objects.filter(team=team).update(**{"secret": "another-secret-16chars"} if change == "secret" else
+                                                     {"url": new.url})
+    assert attempt_delivery(delivery.pk) is True  # no more attempts
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.attempts, delivery.last_status) == (DeliveryState.DROPPED, 0, None)
+    assert delivery.last_error.startswith("not sent: the webhook")
+    assert old.received == [] and new.received == []
+
+
+@pytest.mark.django_db
+def test_a_delivery_to_an_unchanged_webhook_is_sent_signed_with_its_secret(receiver):
+    hook_receiver = receiver()
+    team = TeamFactory()
+    TeamWebhook.objects.create(team=team, url=hook_receiver.url, secret=SECRET)
+    delivery = queue_event(team, "approval.requested", {"approval": 1})
+    assert attempt_delivery(delivery.pk) is True
+    [got] = hook_receiver.received
+    expected = "sha256=" + hmac.new(SECRET.encode(), got["body"], hashlib.sha256).hexdigest()
+    assert got["headers"]["X-Opdweb-Signature"] == expected
