@@ -194,6 +194,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     # On the control queue, whose worker runs no jobs: nothing long can delay the reaper.
     "reap-stale-jobs": {"task": "opdweb.reap_stale_jobs", "schedule": 15.0, "options": {"queue": "control"}},
+    "send-pending-webhooks": {"task": "opdweb.send_pending_webhooks", "schedule": 15.0,
+                              "options": {"queue": "control"}},
 }
 
 # Jobs: a worker beats every JOB_HEARTBEAT_SECONDS; a running job whose last beat is

@@ -14,6 +14,7 @@ import json
 import logging
 import urllib.error
 import urllib.request
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -60,10 +61,34 @@ def _send_task(delivery_id: int) -> None:
 
 def attempt_delivery(delivery_id: int) -> bool:
     """Post the delivery once and record how it went; True when it needs no more attempts
-    (delivered, or gone)."""
-    delivery = WebhookDelivery.objects.select_related("team").filter(pk=delivery_id).first()
-    if delivery is None or delivery.state == DeliveryState.DELIVERED:
-        return True
+    (delivered, dropped, given up, or gone).  The row is locked while it is posted, so the
+    task and the outbox sweep never send the same delivery at once (the one that finds it
+    locked leaves it, and False means "not done yet")."""
+    with transaction.atomic():
+        delivery = (WebhookDelivery.objects.select_for_update(skip_locked=True, of=("self",))
+                    .select_related("team").filter(pk=delivery_id).first())
+        if delivery is None:
+            return not WebhookDelivery.objects.filter(pk=delivery_id).exists()
+        if delivery.state != DeliveryState.PENDING:
+            return True
+        return _post(delivery)
+
+
+def do_send_pending_webhooks(now=None) -> list[int]:
+    """The outbox sweep (Celery beat, every 15 s): deliveries still pending with no attempt
+    ``WEBHOOK_RETRY_SECONDS`` after they were queued lost their task (the broker was down
+    when the event happened, or lost the message); post them from here."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.WEBHOOK_RETRY_SECONDS)
+    stranded = list(WebhookDelivery.objects.filter(state=DeliveryState.PENDING, attempts=0, created_at__lt=cutoff)
+                    .order_by("created_at").values_list("pk", flat=True)[:100])
+    for delivery_id in stranded:
+        log.info("webhook delivery %s never had its task; sending it from the outbox sweep", delivery_id)
+        attempt_delivery(delivery_id)
+    return stranded
+
+
+def _post(delivery: WebhookDelivery) -> bool:
+    """One attempt at a locked, pending delivery; True when it needs no more."""
     hook = TeamWebhook.objects.filter(team=delivery.team).first()
     if hook is None or webhook_fingerprint(hook.url, hook.secret) != delivery.webhook_fingerprint:
         # Sent now it would go signed with another secret (or none): a forgery anyone could make.

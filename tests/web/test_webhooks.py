@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from opdweb.approvals.models import ApprovalRequest, DeliveryState, TeamWebhook, WebhookDelivery
-from opdweb.approvals.webhooks import attempt_delivery, queue_event
+from opdweb.approvals.webhooks import attempt_delivery, do_send_pending_webhooks, queue_event
 from opdweb.embedded_servers import free_port
 from opdweb.rollouts.actions import do_create_config
 from opdweb.teams.models import AuditEntry, Role
@@ -186,3 +186,32 @@ def test_a_delivery_to_an_unchanged_webhook_is_sent_signed_with_its_secret(recei
     [got] = hook_receiver.received
     expected = "sha256=" + hmac.new(SECRET.encode(), got["body"], hashlib.sha256).hexdigest()
     assert got["headers"]["X-Opdweb-Signature"] == expected
+
+
+@pytest.mark.django_db
+def test_a_delivery_whose_task_was_never_queued_is_sent_by_the_outbox_sweep(receiver, settings):
+    """As when the broker was down when the event committed (its task never reached a
+    queue; here the test's transaction never commits, so none is sent): the delivery waits
+    in the log with no attempt, and the periodic sweep posts it once it is older than the
+    first retry delay; a second sweep sends nothing more."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    hook_receiver = receiver()
+    team = TeamFactory()
+    TeamWebhook.objects.create(team=team, url=hook_receiver.url, secret=SECRET)
+    delivery = queue_event(team, "approval.requested", {"approval": 1})
+    assert (delivery.state, delivery.attempts) == (DeliveryState.PENDING, 0)
+    assert do_send_pending_webhooks() == []  # too young: its task may still be on its way
+    later = timezone.now() + timedelta(seconds=settings.WEBHOOK_RETRY_SECONDS + 1)
+    assert do_send_pending_webhooks(now=later) == [delivery.pk]
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.attempts, delivery.last_status) == (DeliveryState.DELIVERED, 1, 200)
+    assert len(hook_receiver.received) == 1
+    assert do_send_pending_webhooks(now=later) == [] and len(hook_receiver.received) == 1
+
+
+def test_the_outbox_sweep_runs_on_the_beat_schedule(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["send-pending-webhooks"]
+    assert entry["task"] == "opdweb.send_pending_webhooks" and entry["options"]["queue"] == "control"
