@@ -39,9 +39,8 @@ def _database_unreachable() -> bool:
 
 def server_error(request):
     if _database_unreachable():  # an outage, not a bug: 503, which a client may retry
-        if _under_api(request) or request.path == "/healthz":
-            return JsonResponse({"status": "degraded"} if request.path == "/healthz" else
-                                {"detail": DATABASE_DOWN, "errors": []}, status=503)
+        if _under_api(request):
+            return problem(503, DATABASE_DOWN)
         return HttpResponse(DATABASE_DOWN, status=503, content_type="text/plain; charset=utf-8")
     if _under_api(request):
         return problem(500, "internal error; it has been logged")
