@@ -9,7 +9,7 @@ from opdweb.rollouts.models import RolloutConfigRecord
 from opdweb.rollouts.submission import check_rollout_config
 from opdweb.teams import audit
 
-NAME_MAX_LENGTH = 200  # RolloutConfigRecord.name
+NAME_MAX_LENGTH = RolloutConfigRecord._meta.get_field("name").max_length
 
 
 def check_config_name(name: str | None) -> str:
