@@ -82,3 +82,40 @@ def test_each_input_of_the_reference_changes_its_key(session_copy, monkeypatch):
     for name, key in changed.items():
         assert key != base, name
     assert len(set(changed.values())) == len(changed)
+
+
+def test_workers_storing_the_same_reference_at_once_all_succeed_and_leave_one_whole_file(tmp_path):
+    """Two gpu workers measure the same BF16 reference and store it at the same moment (a
+    calibration's noise children share it); each must succeed, and the file must be whole."""
+    import threading
+
+    import numpy as np
+
+    from workers.science.metrics import TokenRecords
+
+    n = 2000
+    records = TokenRecords(lp_roll=np.linspace(-3, 0, n), lp_train=np.linspace(-3, 0, n),
+                           seq=np.arange(n) // 100, pos=np.arange(n) % 100, kl_full=None, tv_full=None,
+                           n_sequences=20)
+    cache = str(tmp_path / "cache")
+    failures: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def writer():
+        start.wait()
+        for _ in range(25):
+            try:
+                reference_cache.store("k", cache, records, {"value": 1.5})
+            except BaseException as failed:  # noqa: BLE001 - collected and asserted below
+                failures.append(failed)
+
+    threads = [threading.Thread(target=writer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    back, meta = reference_cache.stored("k", cache)
+    assert meta == {"n_sequences": 20, "value": 1.5}
+    assert np.array_equal(back.lp_roll, records.lp_roll) and back.kl_full is None
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["bf16-reference-k.npz"]  # no temporary left

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .atomic_files import write_atomically
+
 REFERENCE_MEMO: dict[str, Any] = {}
 REFERENCE_MEMO_SIZE = 32
 _RECORD_FIELDS = ("lp_roll", "lp_train", "seq", "pos", "kl_full", "tv_full")
@@ -58,11 +60,9 @@ def store(key: str, cache_dir: str | None, records: Any, meta: dict) -> None:
         return
     import numpy as np
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {f: getattr(records, f) for f in _RECORD_FIELDS if getattr(records, f) is not None}
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, meta=np.array(json.dumps({"n_sequences": records.n_sequences, **meta})), **arrays)
-    tmp.replace(path)
+    scalars = np.array(json.dumps({"n_sequences": records.n_sequences, **meta}))
+    write_atomically(path, lambda tmp: np.savez(tmp, meta=scalars, **arrays), suffix=".npz")
 
 
 __all__ = ["REFERENCE_MEMO", "forget_all", "remember", "remembered", "store", "stored"]

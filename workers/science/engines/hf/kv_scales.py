@@ -32,6 +32,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from ...atomic_files import write_atomically
 from ...fingerprint import MEASUREMENT_VERSION, checkpoint_digest, digest_of, token_ids_digest
 from ...quant import FP8_MAX, TINY
 
@@ -202,12 +203,10 @@ def static_kv_amax(model_dir: str, base_model: nn.Module, prompt_ids: Sequence[S
     del calib
     meta = {"prompts": len(prompt_ids), "new_tokens": new_tokens, "key": key, "dtype": "bf16"}
     amax = KvAmax(keys, values, "calibrated", None, meta)
+    text = json.dumps(amax.to_json())
     for d in dirs:
         try:
-            d.mkdir(parents=True, exist_ok=True)
-            tmp = d / f".{name}.tmp"
-            tmp.write_text(json.dumps(amax.to_json()))
-            tmp.replace(d / name)
+            write_atomically(d / name, lambda tmp: tmp.write_text(text))
             amax.path = str(d / name)
             break
         except OSError:
