@@ -12,15 +12,18 @@ from opdweb.approvals.access import visible_approval
 from opdweb.approvals.actions import do_decide, do_request_approval
 from opdweb.approvals.currency import lapse_reason
 from opdweb.approvals.models import ApprovalRequest, ApprovalState
-from opdweb.exports import FORMATS, Provenance
+from opdweb.exports import FORMATS, NotExpressible, Provenance
+from opdweb.exports import render as render_export
 from opdweb.exports.quoting import UnrenderableValue
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.rollouts.access import visible_config
 from opdweb.rollouts.evidence import budget_of, curve_with_check, latest_admission_check, verdict_of
+from opdweb.sandbox import OutsideSandbox, confine_model
 from opdweb.teams import audit
 from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
+from workers.science.checkpoint_facts import CheckpointFacts, read_checkpoint_facts
 
 
 @login_required
@@ -59,7 +62,7 @@ def approval_detail(request, approval_id: int):
         "budget": budget, "curve": curve_with_check(budget, multiple),
         "can_decide": can_decide,
         "lapse": lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None,
-        "formats": FORMATS.values(),
+        "exports": export_statuses(approval) if approval.state == ApprovalState.APPROVED else [],
     })
 
 
@@ -77,6 +80,46 @@ def approval_decide(request, approval_id: int):
     return redirect("approvals:detail", approval_id=approval.pk)
 
 
+def export_provenance(approval) -> Provenance:
+    """What an export of ``approval`` vouches for."""
+    record, job = approval.config, approval.admission_job
+    return Provenance(
+        config_hash=record.config_hash, config_name=record.name, checkpoint=approval.checkpoint,
+        approval_id=approval.pk, approved_by=approval.decided_by.username if approval.decided_by else "?",
+        approved_at=approval.decided_at.isoformat(timespec="seconds"), admission_job_id=job.pk,
+        verdict=verdict_of(job) or "?", multiple=(job.result or {}).get("multiple"),
+        method=approval.budget.method if approval.budget else None,
+    )
+
+
+def checkpoint_facts(approval) -> CheckpointFacts:
+    """The approved checkpoint's facts, read inside the model roots only."""
+    try:
+        return read_checkpoint_facts(confine_model(approval.checkpoint))
+    except OutsideSandbox as exc:
+        raise Refused(f"the approved checkpoint cannot be read: {exc}", status=409) from None
+
+
+def export_statuses(approval) -> list[dict]:
+    """Per format: exported, or refused with every difference; what the file is checked against."""
+    provenance = export_provenance(approval)
+    try:
+        facts = checkpoint_facts(approval)
+    except Refused as exc:
+        return [{"format": fmt, "refused": [str(exc)]} for fmt in FORMATS.values()]
+    statuses = []
+    for fmt in FORMATS.values():
+        try:
+            render_export(fmt, approval.config.config, provenance, facts)
+            refused = None
+        except NotExpressible as exc:
+            refused = exc.reasons
+        except UnrenderableValue as exc:
+            refused = [str(exc)]
+        statuses.append({"format": fmt, "refused": refused})
+    return statuses
+
+
 @login_required
 @answers_refusals
 def approval_export(request, approval_id: int, fmt: str):
@@ -88,19 +131,17 @@ def approval_export(request, approval_id: int, fmt: str):
     reason = lapse_reason(approval)
     if reason is not None:
         raise Refused(f"only a currently approved config can be exported: {reason}", status=409)
-    record, job = approval.config, approval.admission_job
-    provenance = Provenance(
-        config_hash=record.config_hash, config_name=record.name, checkpoint=approval.checkpoint,
-        approval_id=approval.pk, approved_by=approval.decided_by.username if approval.decided_by else "?",
-        approved_at=approval.decided_at.isoformat(timespec="seconds"), admission_job_id=job.pk,
-        verdict=verdict_of(job) or "?", multiple=(job.result or {}).get("multiple"),
-    )
+    record = approval.config
     try:
-        text = export.render(record.config, provenance)
+        text = render_export(export, record.config, export_provenance(approval), checkpoint_facts(approval))
+    except NotExpressible as exc:
+        raise Refused(f"this approval cannot be exported for {exc.target}: " + "; ".join(exc.reasons),
+                      status=409) from None
     except UnrenderableValue as exc:  # a checkpoint recorded before such paths were refused
         raise Refused(f"this approval cannot be exported as {export.slug}: {exc}", status=409) from None
     audit.record(approval.team, request.user, audit.CONFIG_EXPORTED, f"exported {record.name} as {export.slug}",
                  subject="approval", subject_id=approval.pk, config=record.pk, format=export.slug)
     response = HttpResponse(text, content_type=f"{export.content_type}; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{record.short_hash}-{export.slug}.{export.extension}"'
+    response["X-Opdweb-Target"] = export.target
     return response

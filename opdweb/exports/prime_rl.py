@@ -1,30 +1,77 @@
-"""prime-rl: the rollout part of its TOML config file."""
+"""prime-rl: the rollout part of its ``rl`` TOML (``uv run rl @ config.toml``), with the keys
+of the version in ``manifests/prime-rl.json`` (read from its source: every table forbids
+unknown keys but ``[inference.vllm]``, which goes to vLLM as engine arguments; those are
+the product's own vLLM mapping)."""
 from __future__ import annotations
 
-from opdweb.exports.base import Provenance, comment_block, fp8_weights
+import json
+from pathlib import Path
+
+from opdweb.exports.base import Provenance, comment_block, refuse_if
 from opdweb.exports.quoting import toml_string
-from workers.science.config import DTYPE_LIBRARY_NAMES
+from workers.science.checkpoint_facts import CheckpointFacts
+from workers.science.config import RolloutConfig
+from workers.science.engines.vllm_args import vllm_engine_args, vllm_refusals
+
+MANIFEST = json.loads((Path(__file__).parent / "manifests" / "prime-rl.json").read_text())
+TARGET = f"prime-rl {MANIFEST['version']} (upstream {MANIFEST['commit'][:12]})"
 
 
-def prime_rl_toml(config: dict, provenance: Provenance) -> str:
-    """The rollout part of a prime-rl config file."""
-    sampling = config["sampling"]
-    lines = comment_block(provenance, config, "prime-rl") + [
+def refusals(config: RolloutConfig, facts: CheckpointFacts) -> list[str]:
+    """Where prime-rl would run another rollout engine or loss than ``config``'s."""
+    problems = vllm_refusals(config, facts)
+    if config.sampling.top_p < 1.0:
+        problems.append("top_p < 1: prime-rl samples training rollouts with top_p 1")
+    if config.sampling.temperature > 2.0:
+        problems.append("temperature above 2: prime-rl's training sampling allows 0 to 2")
+    if config.staleness == 0:
+        problems.append("staleness 0: prime-rl is always at least one step off-policy (step n's rollouts come "
+                        "from policy n-1); admit with staleness 1 or more")
+    if config.correction.kind != "none":
+        problems.append(f"correction {config.correction.kind}: prime-rl has no TIS, IcePop or sequence masking "
+                        "(its loss masks tokens by trainer-minus-inference probability, DPPO); admit with "
+                        "correction none")
+    return problems
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return toml_string(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def prime_rl_toml(config: RolloutConfig, provenance: Provenance, facts: CheckpointFacts) -> str:
+    """The rollout part of a prime-rl config file; refused (NotExpressible) where prime-rl
+    would build another engine."""
+    refuse_if(TARGET, refusals(config, facts))
+    engine = vllm_engine_args(config, provenance.checkpoint, facts)
+    engine.pop("model")  # [model] name fills inference.vllm.model (prime-rl requires them equal)
+    table = engine.pop("quantization_config", None)
+    notes = ["prime-rl's default loss masks tokens whose trainer-minus-inference probability leaves "
+             "dppo_mask_low / dppo_mask_high (0.2): the correction it runs without being asked",
+             f"max_off_policy_steps {config.staleness} is an upper bound: rollouts come from policies 1 to "
+             f"{config.staleness} steps old; the admission check measured the oldest"]
+    lines = comment_block(provenance, TARGET, notes) + [
+        "",
+        "[model]",
+        f"name = {toml_string(provenance.checkpoint)}",
         "",
         "[orchestrator]",
-        f"max_off_policy_steps = {config['staleness']}",
+        f"max_off_policy_steps = {config.staleness}",
         "",
-        "[orchestrator.sampling]",
-        f"temperature = {sampling['temperature']}",
-        f"max_tokens = {sampling['max_new_tokens']}",
-        "",
-        "[inference.model]",
-        f"name = {toml_string(provenance.checkpoint)}",
-        f"dtype = \"{DTYPE_LIBRARY_NAMES[config['dtype']]}\"",
+        "[orchestrator.train.sampling]",
+        f"temperature = {_toml_value(config.sampling.temperature)}",
+        f"max_completion_tokens = {config.sampling.max_new_tokens}",
         "",
         "[inference.vllm]",
-    ]
-    if fp8_weights(config):
-        lines.append('quantization = "fp8"')
-    lines.append(f"kv_cache_dtype = \"{'auto' if config['kv_cache'] == 'none' else config['kv_cache']}\"")
+    ] + [f"{key} = {_toml_value(value)}" for key, value in engine.items()]
+    if table:
+        lines += ["", "[inference.vllm.quantization_config]",
+                  *(f"{key} = {_toml_value(value)}" for key, value in table.items())]
     return "\n".join(lines) + "\n"

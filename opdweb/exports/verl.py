@@ -1,32 +1,105 @@
-"""verl: Hydra overrides for its trainer command line."""
+"""verl: Hydra overrides for its trainer command line (``python -m verl.trainer.main_ppo``),
+written against the config tree of the ``verl`` wheel at :data:`VERL_VERSION` and checked
+by composing them on that tree (:mod:`.verification`).
+
+What verl builds, read from that version's source: ``rollout.quantization=fp8`` is online
+block FP8 (128x128 weight blocks, dynamic activation scales: W8A8) on its vLLM path, with
+only MoE router gates left BF16, so per-layer exceptions cannot be expressed; an FP8 KV cache
+gets scale 1.0 after each weight sync unless the checkpoint ships scales; staleness needs
+an asynchronous ``trainer.v1.trainer_mode`` for ``max_off_policy_threshold`` to act; token
+TIS / IcePop are ``algorithm.rollout_correction.rollout_is`` with a threshold ``C`` or
+``"low_high"``, sequence masking is ``rollout_rs=seq_mean_k1``; a correction reaches an OPD
+loss only with ``distillation.distillation_loss.use_policy_gradient``."""
 from __future__ import annotations
 
-from opdweb.exports.base import TIS_THRESHOLD, Provenance, comment_block, fp8_weights
+from opdweb.exports.base import Provenance, comment_block, refuse_if, screening_only
 from opdweb.exports.quoting import hydra_value
-from workers.science.config import DTYPE_LIBRARY_NAMES
+from workers.science.checkpoint_facts import CheckpointFacts
+from workers.science.config import DTYPE_LIBRARY_NAMES, RolloutConfig
+
+VERL_VERSION = "0.9.1"
+TARGET = f"verl {VERL_VERSION}"
+ROLLOUT = "actor_rollout_ref.rollout"
+CORRECTION = "algorithm.rollout_correction"
 
 
-def verl_overrides(config: dict, provenance: Provenance) -> str:
-    """Hydra overrides for verl's trainer command line, one per line."""
-    sampling = config["sampling"]
-    lines = comment_block(provenance, config, "verl") + [
+def _sampled_opd(method: str | None) -> bool:
+    return bool(method) and method.startswith("opd:sampled")
+
+
+def refusals(config: RolloutConfig, facts: CheckpointFacts, method: str | None) -> list[str]:
+    """Where verl would run another rollout engine or correction than ``config``'s."""
+    problems = screening_only(config)
+    if config.weights != "bf16":
+        fp8_block = (config.weights == "fp8_e4m3" and config.weight_scale == "block" and config.block_size == 128
+                     and config.activations == "fp8_e4m3")
+        if not fp8_block:
+            problems.append(f"weights {config.weights} / weight_scale {config.weight_scale} / activations "
+                            f"{config.activations}: verl's rollout.quantization=fp8 builds 128x128 block FP8 E4M3 "
+                            "weights with dynamic FP8 activations (W8A8); admit weights fp8_e4m3, weight_scale "
+                            "block, block_size 128, activations fp8_e4m3")
+        if config.keep_bf16:
+            problems.append("keep_bf16: verl's vLLM FP8 path keeps only MoE router gates in BF16; per-layer "
+                            "exceptions cannot be expressed")
+    if config.kv_cache != "none":
+        if config.kv_scale != "tensor":
+            problems.append("kv_scale head: vLLM's FP8 KV cache has one scale per layer")
+        if config.kv_scales == "calibrated" and not facts.has_kv_scales:
+            problems.append("kv_scales calibrated: verl's vLLM runs the FP8 KV cache with scale 1.0 after each "
+                            "weight sync unless the checkpoint ships k_scale / v_scale; admit with kv_scales unit")
+        if config.keep_bf16 and config.weights == "bf16":
+            problems.append("keep_bf16 with an FP8 KV cache: not written for verl yet; admit without keep_bf16")
+    if config.correction.kind != "none" and method and method.startswith("opd") and not _sampled_opd(method):
+        problems.append(f"correction {config.correction.kind} with {method}: verl applies a rollout correction to "
+                        "its distillation loss only as a policy gradient (use_policy_gradient), the sampled-token "
+                        "OPD loss; calibrate the budget with the sampled loss")
+    return problems
+
+
+def _correction(config: RolloutConfig) -> list[str]:
+    c = config.correction
+    if c.kind == "tis":
+        return [f"{CORRECTION}.rollout_is=token", f"{CORRECTION}.rollout_is_threshold={c.cap!r}"]
+    if c.kind == "icepop":
+        return [f"{CORRECTION}.rollout_is=token", f"{CORRECTION}.rollout_is_threshold='{c.low!r}_{c.high!r}'"]
+    if c.kind == "mask":
+        return [f"{CORRECTION}.rollout_rs=seq_mean_k1", f"{CORRECTION}.rollout_rs_threshold='{c.low!r}_{c.high!r}'"]
+    return [f"{CORRECTION}.rollout_is=null", f"{CORRECTION}.rollout_rs=null"]
+
+
+def verl_overrides(config: RolloutConfig, provenance: Provenance, facts: CheckpointFacts) -> str:
+    """Hydra overrides for verl's trainer command line, one per line; refused
+    (NotExpressible) where verl would build another engine."""
+    refuse_if(TARGET, refusals(config, facts, provenance.method))
+    sampling = config.sampling
+    notes = ["verl seeds each rollout replica with rollout.seed + its rank"]
+    lines = [
         f"actor_rollout_ref.model.path={hydra_value(provenance.checkpoint)}",
-        "actor_rollout_ref.rollout.name=vllm",
-        f"actor_rollout_ref.rollout.dtype={DTYPE_LIBRARY_NAMES[config['dtype']]}",
+        f"{ROLLOUT}.name=vllm",
+        f"{ROLLOUT}.dtype={DTYPE_LIBRARY_NAMES[config.dtype]}",
+        f"{ROLLOUT}.seed={config.seed}",
+        f"{ROLLOUT}.logprobs_mode=processed_logprobs",
+        f"{ROLLOUT}.calculate_log_probs=True",
     ]
-    if fp8_weights(config):
-        lines.append("actor_rollout_ref.rollout.quantization=fp8")
-    if config["kv_cache"] != "none":
-        kv = "fp8" if config["kv_cache"] == "fp8_e4m3" else config["kv_cache"]
-        lines.append(f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype={kv}")
+    if config.weights == "fp8_e4m3":
+        lines.append(f"{ROLLOUT}.quantization=fp8")
+    if config.kv_cache != "none":
+        lines.append(f"+{ROLLOUT}.engine_kwargs.vllm.kv_cache_dtype={config.kv_cache}")
     lines += [
-        f"actor_rollout_ref.rollout.temperature={sampling['temperature']}",
-        f"actor_rollout_ref.rollout.top_p={sampling['top_p']}",
-        f"data.max_response_length={sampling['max_new_tokens']}",
-        "actor_rollout_ref.rollout.calculate_log_probs=True",
-        "algorithm.rollout_correction.rollout_is=token",
-        f"algorithm.rollout_correction.rollout_is_threshold={TIS_THRESHOLD}",
+        f"{ROLLOUT}.temperature={sampling.temperature!r}",
+        f"{ROLLOUT}.top_p={sampling.top_p!r}",
+        f"data.max_response_length={sampling.max_new_tokens}",
     ]
-    if config["staleness"] > 0:
-        lines.append(f"trainer.v1.sampler.max_off_policy_threshold={config['staleness']}")
-    return "\n".join(lines) + "\n"
+    if config.staleness > 0:
+        lines += ["trainer.v1.trainer_mode=separate_async",
+                  f"trainer.v1.sampler.max_off_policy_threshold={config.staleness}"]
+        notes.append(f"max_off_policy_threshold {config.staleness} is an upper bound on the model versions a "
+                     "trajectory spans; the admission check measured the oldest")
+    else:
+        lines.append("trainer.v1.trainer_mode=sync")
+    lines += _correction(config)
+    if provenance.method and provenance.method.startswith("opd"):
+        gradient = "true" if _sampled_opd(provenance.method) else "false"
+        lines += ["distillation.enabled=true", f"distillation.distillation_loss.use_policy_gradient={gradient}"]
+        notes.append("set the teacher: distillation.teacher_models.teacher_model.model_path (and key, num_replicas)")
+    return "\n".join(comment_block(provenance, TARGET, notes) + lines) + "\n"

@@ -137,3 +137,41 @@ def test_fp8_linear_real_scaled_mm_matches_the_emulation():
         # FP8 W8A8 error is a few percent of the output scale, never zero
         rel = float((emu - ref).norm() / ref.norm())
         assert 1e-4 < rel < 0.1
+
+
+def test_block_w8a8_quantizes_activations_per_token_group_as_vllm_fp8_per_block():
+    """Where every activation group is exactly representable after its own scale, the block
+    W8A8 output is the block-quantized weight's GEMM exactly; an outlier in one group leaves
+    the other groups' precision alone (a per-tensor activation scale would flush them)."""
+    from workers.science.engines.hf.fp8_linear import Fp8BlockLinear, Fp8Linear
+    from workers.science.quant import fake_quant_weight
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 4, bias=False)
+    block = Fp8BlockLinear(lin, "fp8_e4m3", block=4, out_dtype=torch.float32)
+    w_deq = fake_quant_weight(lin.weight, "fp8_e4m3", "block", 4)
+    # each group of 4 has amax 448 (scale 1) and small integers, all exact in E4M3
+    x = torch.tensor([[448.0, 3.0, -5.0, 1.0, 7.0, -448.0, 2.0, 0.0]])
+    assert torch.equal(block(x), x @ w_deq.t())
+    # group 0 tiny, group 1 huge: group 0 keeps E4M3's relative precision (2^-4 per element)
+    # under its own scale, where one per-tensor scale (1e4 / 448) flushes it to zero
+    x = torch.tensor([[1e-3, -2e-3, 3e-3, 4e-3, 1e4, 0.0, 0.0, 0.0]])
+    group0 = torch.cat([x[:, :4], torch.zeros(1, 4)], dim=1)
+    outlier_only = torch.cat([torch.zeros(1, 4), x[:, 4:]], dim=1)
+    bound = 2.0**-4 * (group0.abs() @ w_deq.abs().t())
+    assert bool(((block(group0) - group0 @ w_deq.t()).abs() <= bound).all())
+    assert float(block(group0).abs().max()) > 0
+    per_tensor = Fp8Linear(lin, "fp8_e4m3", "tensor", use_scaled_mm=False, out_dtype=torch.float32)
+    assert torch.equal(per_tensor(x), per_tensor(outlier_only))
+    assert not torch.equal(block(x), block(outlier_only))
+
+
+def test_a_block_w8a8_config_prepares_block_modules_and_stays_near_the_trainer(student):
+    from workers.science.config import RolloutConfig
+    from workers.science.engines.hf.fp8_linear import Fp8BlockLinear
+    from workers.science.engines.hf.prepare import prepare_rollout_model
+
+    cfg = RolloutConfig(weights="fp8_e4m3", weight_scale="block", block_size=32, activations="fp8_e4m3", dtype="fp32")
+    prepared = prepare_rollout_model(student, cfg, torch.device("cpu"))
+    modules = [m for m in prepared.model.modules() if isinstance(m, Fp8BlockLinear)]
+    assert modules and len(modules) == len(prepared.quantized) and prepared.fp8_backend == "emulated"

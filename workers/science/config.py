@@ -49,6 +49,8 @@ WeightFormat = Annotated[Literal["bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"]
 ScaleGranularity = Literal["tensor", "channel", "block"]
 KvCacheFormat = Literal["none", "fp8_e4m3", "fp8_e5m2"]
 KvScaleGranularity = Literal["tensor", "head"]
+KvScaleSource = Literal["calibrated", "unit"]
+CorrectionKind = Literal["none", "tis", "icepop", "mask"]
 ActivationFormat = Literal["none", "fp8_e4m3"]
 Fp8Matmul = Literal["auto", "emulate", "scaled_mm"]
 #: The metrics a multiple can be taken on (the primary metric of a measurement).
@@ -83,6 +85,21 @@ class SamplingConfig(_Strict):
     ignore_eos: bool = Field(False, description="Keep sampling after EOS (fixed-length rollouts, for benchmarks).")
 
 
+class RolloutCorrection(_Strict):
+    """How the trainer corrects for the mismatch with the engine's own logprobs, as the
+    deployed run is to do it: ``none``; ``tis`` token truncated importance sampling,
+    ``w = min(p_train / p_roll, cap)``; ``icepop`` token masking, a token counts only while
+    ``low <= p_train / p_roll <= high``; ``mask`` sequence masking, a sequence is dropped when
+    the geometric mean of its ratios leaves ``[low, high]``.  The admission check does not
+    use it; the exports write it in each trainer's own terms, or refuse where a trainer has
+    no equivalent."""
+
+    kind: CorrectionKind = "none"
+    cap: float = Field(2.0, gt=1.0, le=1e6, description="tis: C, the cap on the ratio.")
+    low: float = Field(0.5, gt=0.0, lt=1.0, description="icepop / mask: the lower bound of the ratio.")
+    high: float = Field(2.0, gt=1.0, le=1e6, description="icepop / mask: the upper bound of the ratio.")
+
+
 KeepEntry = Union[Annotated[int, Field(ge=0)], Annotated[str, Field(max_length=MAX_PATTERN_CHARS)]]
 
 
@@ -110,7 +127,11 @@ class RolloutConfig(_Strict):
     globs over module names (``model.layers.0.mlp.*``), or regexes written ``re:...``;
     the KV cache of layer i has the pseudo-name ``model.layers.i.self_attn.kv_cache``.
     ``noise_sigma`` is relative to each weight tensor's RMS.  ``staleness`` k uses the
-    weights of k optimizer steps ago from the model's snapshot ring.
+    weights of k optimizer steps ago from the model's snapshot ring.  ``kv_scales`` says
+    where an FP8 KV cache's static scales come from: ``calibrated`` (the checkpoint's
+    ``k_scale`` / ``v_scale``, else calibrated once per checkpoint) or ``unit`` (1.0, what
+    vLLM and SGLang use when the checkpoint ships none).  ``correction`` is the trainer's
+    rollout correction (:class:`RolloutCorrection`).
     """
 
     engine: Engine = "hf"
@@ -122,12 +143,14 @@ class RolloutConfig(_Strict):
     fp8_matmul: Fp8Matmul = "auto"
     kv_cache: KvCacheFormat = "none"
     kv_scale: KvScaleGranularity = "tensor"
+    kv_scales: KvScaleSource = "calibrated"
     keep_bf16: list[KeepEntry] = Field(default_factory=list, max_length=10_000)
     noise_sigma: float = Field(0.0, ge=0.0, le=100.0)
     noise_seed: int = Field(0, ge=0, le=MAX_SEED)
     staleness: int = Field(0, ge=0, le=1_000)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     seed: int = Field(0, ge=0, le=MAX_SEED)
+    correction: RolloutCorrection = Field(default_factory=RolloutCorrection)
 
     @field_validator("keep_bf16")
     @classmethod
@@ -146,8 +169,6 @@ class RolloutConfig(_Strict):
             raise ValueError("weight_scale is set but weights is bf16; set weights to a quantized format")
         if self.activations != "none" and not self.weights.startswith("fp8"):
             raise ValueError("activations fp8_e4m3 needs FP8 weights (W8A8); set weights to fp8_e4m3 or fp8_e5m2")
-        if self.activations != "none" and self.weight_scale == "block":
-            raise ValueError("FP8 activations are supported with weight_scale tensor or channel, not block")
         return self
 
     @property

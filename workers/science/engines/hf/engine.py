@@ -10,8 +10,8 @@ from torch import nn
 from ...config import RolloutConfig, SamplingConfig
 from ..base import Rollouts, Scores, logprob_temperature, special_token_ids
 from .kv_cache import make_cache
-from .kv_scales import KvAmax, calibration_prompt_ids, static_kv_amax
-from .loading import load_model, load_tokenizer, resolve_device
+from .kv_scales import KvAmax, calibration_prompt_ids, static_kv_amax, unit_kv_amax
+from .loading import load_model, load_model_config, load_tokenizer, resolve_device
 from .prepare import PreparedModel, prepare_rollout_model
 from .sampling import choose_tokens, left_pad, positions, prompt_uniforms
 
@@ -31,7 +31,11 @@ class HFEngine:
         self.cfg = cfg or RolloutConfig(dtype="fp32")
         self.device = resolve_device(device)
         self.kv_amax: KvAmax | None = None
-        if self.cfg.kv_cache != "none":
+        if self.cfg.kv_cache != "none" and self.cfg.kv_scales == "unit":
+            config = load_model_config(model_dir)
+            heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+            self.kv_amax = unit_kv_amax(int(config.num_hidden_layers), heads, self.cfg.kv_cache)
+        elif self.cfg.kv_cache != "none":
             if base_model is None:
                 base_model = load_model(model_dir, self.device, torch.float32)
             eos, pad = special_token_ids(base_model.config)

@@ -1,11 +1,13 @@
-"""FP8 W8A8 linear layers (``activations: fp8_e4m3``): what vLLM's ``quantization="fp8"`` runs."""
+"""FP8 W8A8 linear layers (``activations: fp8_e4m3``): what vLLM's online FP8 runs
+(``fp8_per_tensor`` / ``fp8_per_channel``) and, with ``weight_scale: block``, the block FP8
+of verl's rollouts and DeepSeek-V3 checkpoints (:class:`Fp8BlockLinear`)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 from ...config import ConfigError, RolloutConfig
-from ...quant import quantize_fp8_tensorwise, scaled_mm_available
+from ...quant import fake_quant_weight, quantize_fp8_tensorwise, scaled_mm_available
 
 
 class Fp8Linear(nn.Module):
@@ -51,6 +53,40 @@ class Fp8Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)
+
+
+class Fp8BlockLinear(nn.Module):
+    """Block W8A8 FP8: weights with one scale per ``block`` x ``block`` tile, activations
+    quantized dynamically with one scale per token and group of ``block`` input features
+    (vLLM's ``fp8_per_block``: weight ``kFp8Static128BlockSym``, activation
+    ``kFp8Dynamic128Sym``).  Emulated in float32: the GEMM of the dequantized operands."""
+
+    def __init__(self, linear: nn.Linear, weight_fmt: str, block: int, out_dtype: torch.dtype):
+        super().__init__()
+        self.register_buffer("weight_deq", fake_quant_weight(linear.weight, weight_fmt, "block", block))
+        self.bias = (None if linear.bias is None
+                     else nn.Parameter(linear.bias.detach().to(out_dtype), requires_grad=False))
+        self.block, self.out_dtype = block, out_dtype
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        groups = x.reshape(-1, shape[-1] // self.block, self.block)
+        xq, xscale = quantize_fp8_tensorwise(groups, "fp8_e4m3", dim=-1)
+        x_deq = (xq.float() * xscale).reshape(-1, shape[-1])
+        y = (x_deq @ self.weight_deq.t()).to(self.out_dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features)
+
+
+def fp8_w8a8(linear: nn.Linear, cfg: RolloutConfig, use_mm: bool, out_dtype: torch.dtype) -> nn.Module:
+    """The W8A8 module ``cfg`` asks for in place of ``linear``."""
+    if cfg.weight_scale == "block":
+        if use_mm and cfg.fp8_matmul == "scaled_mm":
+            raise ConfigError("fp8_matmul scaled_mm: block W8A8 is emulated only; use fp8_matmul auto or emulate")
+        return Fp8BlockLinear(linear, cfg.weights, cfg.block_size, out_dtype)
+    return Fp8Linear(linear, cfg.weights, cfg.weight_scale, use_mm, out_dtype)
 
 
 def use_scaled_mm(cfg: RolloutConfig, device: torch.device) -> bool:

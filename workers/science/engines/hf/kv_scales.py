@@ -70,6 +70,13 @@ class KvAmax:
         return {"keys": self.keys, "values": self.values, "meta": self.meta}
 
 
+def unit_kv_amax(n_layers: int, n_kv_heads: int, fmt: str) -> KvAmax:
+    """Scale 1.0 on every layer and head (``kv_scales: unit``): what vLLM and SGLang use for
+    an FP8 KV cache when the checkpoint ships no ``k_scale`` / ``v_scale``."""
+    amax = [[FP8_MAX[fmt]] * n_kv_heads for _ in range(n_layers)]
+    return KvAmax(amax, [row[:] for row in amax], "unit", None, {"scale": 1.0})
+
+
 class _AmaxRecorder(DynamicCache):
     """A cache that records per-head |K| and |V| maxima of the positions ``mask`` marks real."""
 

@@ -45,6 +45,17 @@ def load_model(model: str, device: torch.device, dtype: torch.dtype = torch.floa
     return m.to(device).eval()
 
 
+def load_model_config(model: str):
+    """The checkpoint's transformers config (``config.json``), without its weights."""
+    from transformers import AutoConfig
+
+    check_model_path(model)
+    try:
+        return AutoConfig.from_pretrained(model)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config of model {model!r}: {exc}") from None
+
+
 def load_tokenizer(model: str):
     from transformers import AutoTokenizer
 

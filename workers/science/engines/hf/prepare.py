@@ -12,7 +12,7 @@ from torch import nn
 
 from ...config import RolloutConfig
 from ...quant import add_relative_noise, fake_quant_weight
-from .fp8_linear import Fp8Linear, use_scaled_mm
+from .fp8_linear import fp8_w8a8, use_scaled_mm
 from .loading import TORCH_DTYPES, load_model
 from .staleness import apply_staleness
 from .targets import RolloutTargets, check_weight_blocks, resolve_targets
@@ -43,13 +43,13 @@ def prepare_rollout_model(model_dir: str, cfg: RolloutConfig, device: torch.devi
         check_weight_blocks(targets, cfg)
     compute = TORCH_DTYPES[cfg.dtype]
     fp8_backend = "none"
-    fp8_modules: dict[str, Fp8Linear] = {}
+    fp8_modules: dict[str, nn.Module] = {}
     with torch.no_grad():
         if cfg.activations != "none":
             use_mm = use_scaled_mm(cfg, device)
-            fp8_backend = "scaled_mm" if use_mm else "emulated"
+            fp8_backend = "scaled_mm" if use_mm and cfg.weight_scale != "block" else "emulated"
             for name in targets.perturbed:
-                fp8_modules[name] = Fp8Linear(targets.linears[name], cfg.weights, cfg.weight_scale, use_mm, compute)
+                fp8_modules[name] = fp8_w8a8(targets.linears[name], cfg, use_mm, compute)
         elif cfg.weights != "bf16":
             fp8_backend = "emulated" if cfg.weights.startswith("fp8") else "none"
             for name in targets.perturbed:

