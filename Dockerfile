@@ -14,7 +14,9 @@ RUN if [ "$REQUIREMENTS" = requirements.lock ]; then \
         pip install --require-hashes --no-deps --extra-index-url "$TORCH_CPU_INDEX" -r requirements.lock; \
     else \
         pip install -r "$REQUIREMENTS"; \
-    fi
+    fi \
+    && pip install --require-hashes --no-deps --target /usr/local/trainers -r requirements-trainers.txt
+ENV OPDWEB_TRAINERS_DIR=/usr/local/trainers
 
 COPY . .
 # Settings need a database URL to load; collectstatic touches neither database nor Redis.

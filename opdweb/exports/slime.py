@@ -1,21 +1,81 @@
-"""slime: command-line flags for its training script."""
+"""slime: command-line flags for its training script, against the flags of the commit in
+``manifests/slime.json`` (read from its source; slime ignores unknown flags silently, so
+that manifest is the check).  FP8 rollouts come from a block-FP8 copy of the checkpoint made
+with slime's own converter; SGLang options pass through as ``--sglang-<option>``."""
 from __future__ import annotations
 
-from opdweb.exports.base import TIS_THRESHOLD, Provenance, comment_block
+import json
+from pathlib import Path
+
+from opdweb.exports.base import Provenance, comment_block, refuse_if, screening_only
 from opdweb.exports.quoting import shell_word
+from workers.science.checkpoint_facts import CheckpointFacts
+from workers.science.config import RolloutConfig
+
+MANIFEST = json.loads((Path(__file__).parent / "manifests" / "slime.json").read_text())
+TARGET = f"slime {MANIFEST['commit'][:12]} (SGLang {MANIFEST['sglang'].split()[0]})"
+ICEPOP = "slime.backends.megatron_utils.loss.icepop_function"
 
 
-def slime_flags(config: dict, provenance: Provenance) -> str:
-    """Command-line flags for slime's training script."""
-    sampling = config["sampling"]
-    flags = [f"--hf-checkpoint {shell_word(provenance.checkpoint)}"]
-    if config["kv_cache"] != "none":
-        flags.append(f"--sglang-kv-cache-dtype {config['kv_cache']}")
+def refusals(config: RolloutConfig, facts: CheckpointFacts) -> list[str]:
+    """Where slime would run another rollout engine or correction than ``config``'s."""
+    problems = screening_only(config)
+    if config.weights != "bf16":
+        fp8_block = (config.weights == "fp8_e4m3" and config.weight_scale == "block" and config.block_size == 128
+                     and config.activations == "fp8_e4m3")
+        if not fp8_block:
+            problems.append(f"weights {config.weights} / weight_scale {config.weight_scale} / activations "
+                            f"{config.activations}: slime's FP8 rollouts run a 128x128 block FP8 E4M3 checkpoint "
+                            "with dynamic FP8 activations (W8A8); admit weights fp8_e4m3, weight_scale block, "
+                            "block_size 128, activations fp8_e4m3")
+    if config.keep_bf16:
+        problems.append("keep_bf16: slime has no flag to keep layers or KV caches in BF16")
+    if config.kv_cache != "none":
+        if config.kv_scale != "tensor":
+            problems.append("kv_scale head: SGLang's FP8 KV cache has one scale per layer")
+        if config.kv_scales == "calibrated" and not facts.has_kv_scales:
+            problems.append("kv_scales calibrated: SGLang reads k_scale / v_scale from the checkpoint and this one "
+                            "ships none, so it would run scale 1.0; admit with kv_scales unit")
+    if config.sampling.temperature <= 0:
+        problems.append("temperature 0: slime's --rollout-temperature must be > 0")
+    if config.correction.kind == "mask":
+        problems.append("correction mask: slime's sequence masking is OPSM (--use-opsm, a KL threshold), not "
+                        "bounds on the sequence's ratio")
+    return problems
+
+
+def slime_flags(config: RolloutConfig, provenance: Provenance, facts: CheckpointFacts) -> str:
+    """Command-line flags for slime's training script; refused (NotExpressible) where slime
+    would build another engine."""
+    refuse_if(TARGET, refusals(config, facts))
+    sampling = config.sampling
+    checkpoint = provenance.checkpoint
+    notes = []
+    if config.weights == "fp8_e4m3":
+        checkpoint = checkpoint.rstrip("/") + "-fp8"
+        notes.append(f"first: python tools/convert_hf_to_fp8.py --model-dir {shell_word(provenance.checkpoint)} "
+                     f"--save-dir {shell_word(checkpoint)} --strategy block --block-size 128 128")
+    flags = [f"--hf-checkpoint {shell_word(checkpoint)}"]
+    if config.kv_cache != "none":
+        flags.append(f"--sglang-kv-cache-dtype {config.kv_cache}")
     flags += [
-        f"--rollout-temperature {sampling['temperature']}",
-        f"--rollout-top-p {sampling['top_p']}",
-        f"--rollout-max-response-len {sampling['max_new_tokens']}",
-        "--use-tis",
-        f"--tis-clip {TIS_THRESHOLD}",
+        f"--rollout-temperature {sampling.temperature!r}",
+        f"--rollout-top-p {sampling.top_p!r}",
+        f"--rollout-max-response-len {sampling.max_new_tokens}",
+        f"--seed {config.seed}",
     ]
-    return "\n".join(comment_block(provenance, config, "slime") + [" \\\n".join(flags)]) + "\n"
+    if config.staleness:
+        flags.append(f"--update-weights-interval {config.staleness}")
+        notes.append(f"run train_async.py: rollouts are about {config.staleness} steps off-policy")
+    else:
+        notes.append("run train.py (synchronous): rollouts are on-policy")
+    c = config.correction
+    if c.kind == "tis":
+        flags += ["--use-tis", f"--tis-clip {c.cap!r}", "--tis-clip-low 0.0"]
+    elif c.kind == "icepop":
+        flags += ["--use-tis", f"--custom-tis-function-path {ICEPOP}", f"--tis-clip-low {c.low!r}",
+                  f"--tis-clip {c.high!r}"]
+    if provenance.method and provenance.method.startswith("opd"):
+        flags.append("--use-opd")
+        notes.append("set the teacher: --opd-type and --opd-teacher-load")
+    return "\n".join(comment_block(provenance, TARGET, notes) + [" \\\n".join(flags)]) + "\n"

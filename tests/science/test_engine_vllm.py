@@ -87,11 +87,13 @@ def test_vllm_refuses_what_it_cannot_run_on_cpu():
     w8a8 = RolloutConfig(engine="vllm", weights="fp8_e4m3", activations="fp8_e4m3")
     assert any("FP8 weight quantization fails" in p for p in vllm_unsupported(w8a8, on_cpu=True))
     assert vllm_unsupported(w8a8, on_cpu=False) == []
-    odd = RolloutConfig(engine="vllm", weights="int4", noise_sigma=0.1, staleness=1, keep_bf16=[0], kv_scale="head",
+    weight_only = RolloutConfig(engine="vllm", weights="fp8_e4m3")
+    assert any(p.startswith("FP8 weight-only: vLLM's online FP8") for p in vllm_unsupported(weight_only, on_cpu=False))
+    odd = RolloutConfig(engine="vllm", weights="int4", noise_sigma=0.1, staleness=1, kv_scale="head",
                         kv_cache="fp8_e4m3")
     problems = vllm_unsupported(odd, on_cpu=False)
-    assert len(problems) == 5
-    assert {p.split(":")[0] for p in problems} >= {"noise_sigma", "staleness", "keep_bf16", "kv_scale head"}
+    assert [p.split(":")[0].split(" ")[0] for p in problems] == [
+        "noise_sigma", "weights", "kv_scale", "kv_scales", "staleness"]
 
 
 @needs_vllm

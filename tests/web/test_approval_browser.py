@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from opdweb.approvals.models import ApprovalRequest
 from opdweb.rollouts.models import RolloutConfigRecord
+from opdweb.rollouts.presets import PRESETS_BY_SLUG
 from opdweb.teams.models import Role
 from tests.web.approval_world import admission_job, make_budget, make_checkpoint
 from tests.web.browser import log_in
@@ -34,7 +35,7 @@ def test_a_config_from_a_preset_is_approved_by_a_second_user_and_exported_for_ve
     log_in(page, base, member.user)
     page.click("nav >> text=Configs")
     page.click("text=New config")
-    page.click("a[data-preset=fp8-w-kv]")
+    page.click("a[data-preset=block-fp8]")
     expect(page.locator("#field-weights")).to_have_value("fp8_e4m3")
     expect(page.locator("#field-kv_cache")).to_have_value("fp8_e4m3")
     shot(page, "1-new-config-from-preset")
@@ -46,7 +47,7 @@ def test_a_config_from_a_preset_is_approved_by_a_second_user_and_exported_for_ve
 
     # The admission check of this config on the checkpoint (the admission kind's record of it).
     budget = make_budget(team, checkpoint)
-    check = admission_job(team, checkpoint, {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"}, budget, multiple=3.2)
+    check = admission_job(team, checkpoint, PRESETS_BY_SLUG["block-fp8"].config, budget, multiple=3.2)
     page.reload()
     expect(page.locator("#config-jobs")).to_contain_text(f"#{check.pk}")
     page.fill("#request-approval input[name=checkpoint]", checkpoint)
@@ -76,7 +77,7 @@ def test_a_config_from_a_preset_is_approved_by_a_second_user_and_exported_for_ve
     assert download.suggested_filename == f"{record.config_hash[:12]}-verl.txt"
     text = Path(download.path()).read_text()
     assert "actor_rollout_ref.rollout.quantization=fp8" in text.splitlines()
-    assert "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype=fp8" in text.splitlines()
+    assert "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype=fp8_e4m3" in text.splitlines()
     assert record.config_hash in text and f"admission check #{check.pk}" in text and f"by {approver.username}" in text
     (SHOTS / "verl-overrides.txt").write_text(text)
 

@@ -12,7 +12,9 @@ from tests.web.factories import MembershipFactory, TeamFactory
 
 pytestmark = pytest.mark.django_db
 
-FP8 = {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"}
+# verl's FP8 rollout engine (block W8A8, KV at scale 1.0): what the verl export writes as admitted
+FP8 = {"weights": "fp8_e4m3", "weight_scale": "block", "activations": "fp8_e4m3", "kv_cache": "fp8_e4m3",
+       "kv_scales": "unit"}
 
 
 class World:
@@ -162,9 +164,9 @@ def test_an_approval_lapses_when_the_checkpoint_changes(world):
     approval = world.request()
     world.decide(approval)
     client = world.client(world.member)
-    assert client.get(f"/approvals/{approval.pk}/export/vllm/").status_code == 200
+    assert client.get(f"/approvals/{approval.pk}/export/verl/").status_code == 200
     (Path(world.checkpoint) / "model.safetensors").write_bytes(b"weights v2")
-    response = client.get(f"/approvals/{approval.pk}/export/vllm/")
+    response = client.get(f"/approvals/{approval.pk}/export/verl/")
     assert response.status_code == 409 and "changed since it was approved" in response.content.decode()
 
 
@@ -256,3 +258,29 @@ def test_the_approvals_list_filters_by_state(world):
     assert [a.pk for a in client.get("/approvals/?state=pending").context["approvals"]] == [pending.pk]
     assert list(client.get("/approvals/?state=approved").context["approvals"]) == []
     assert [a.pk for a in client.get("/approvals/").context["approvals"]] == [pending.pk]
+
+
+def test_an_export_the_trainer_would_build_differently_is_a_409_naming_each_difference(world):
+    """FP8 weight-only with calibrated KV scales: vLLM and prime-rl run W8A8 and scale 1.0,
+    verl and slime block W8A8: every trainer export is refused, and says why; YAML is not."""
+    weight_only = {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"}
+    world.record, _ = do_create_config(team=world.team, user=world.member, name="weight-only", data=weight_only)
+    admission_job(world.team, world.checkpoint, weight_only, world.budget)
+    approval = world.request()
+    world.decide(approval)
+    client = world.client(world.member)
+    response = client.get(f"/approvals/{approval.pk}/export/vllm/")
+    text = response.content.decode()
+    assert response.status_code == 409 and "cannot be exported for vLLM 0.32.0" in text
+    assert "FP8 weight-only" in text and "kv_scales calibrated" in text
+    response = client.get(f"/approvals/{approval.pk}/export/verl/")
+    assert response.status_code == 409 and "128x128 block FP8" in response.content.decode()
+    assert client.get(f"/approvals/{approval.pk}/export/yaml/").status_code == 200
+    assert AuditEntry.objects.filter(action="config.exported").count() == 1  # the YAML only
+
+    page = client.get(f"/approvals/{approval.pk}/")
+    refused = {e["format"].slug: e["refused"] for e in page.context["exports"]}
+    assert refused["yaml"] is None and all(refused[slug] for slug in ("vllm", "verl", "prime-rl", "slime"))
+    html = page.content.decode()
+    assert 'data-format="yaml"' in html and "FP8 weight-only: vLLM&#x27;s online FP8" in html
+    assert "a Hydra compose of the overrides on the config tree of the verl 0.9.1 wheel" in html

@@ -1,124 +1,242 @@
-"""The export mappings, pure functions of a canonical config: each checked against text
-written out by hand from the tools' documented key spellings (../shared/REFERENCE.md §4-5)."""
+"""The export mappings, pure functions of a config, its provenance and the checkpoint's
+facts: each checked against text written out by hand from the trainers' current source
+(vLLM 0.32 ``config/quantization.py`` and ``online/``; verl 0.9.1 ``rollout.yaml``,
+``rollout_correction.yaml``, ``ppo_trainer.yaml``; prime-rl ``configs/*.py``), and every
+refusal naming what the trainer would build instead.  The trainers' own loaders read the
+same exports in ``test_export_loaders.py``."""
 import json
 
+import pytest
 import yaml
 
-from opdweb.exports import FORMATS, Provenance
+from opdweb.exports import FORMATS, NotExpressible, Provenance, render
 from opdweb.rollouts.canonical import canonical_rollout
+from workers.science.checkpoint_facts import CheckpointFacts
 
 PROVENANCE = Provenance(config_hash="ab" * 32, config_name="fp8 w+kv", checkpoint="/models/student",
                         approval_id=7, approved_by="bob", approved_at="2026-11-30T12:00:00+00:00",
-                        admission_job_id=42, verdict="pass", multiple=3.5)
+                        admission_job_id=42, verdict="pass", multiple=3.5, method="opd:sampled+tis")
 HEADER = ("# opdweb rollout config " + "ab" * 32 + " (fp8 w+kv) for /models/student; approval #7 by bob at "
           "2026-11-30T12:00:00+00:00; admission check #42: 3.5x BF16, pass")
+TWO_LAYERS = CheckpointFacts("LlamaForCausalLM", 2, has_kv_scales=False)
+W8A8 = {"weights": "fp8_e4m3", "activations": "fp8_e4m3"}
+BLOCK_W8A8 = {"weights": "fp8_e4m3", "weight_scale": "block", "block_size": 128, "activations": "fp8_e4m3"}
 
 
-def render(fmt, partial):
-    return FORMATS[fmt].render(canonical_rollout(partial), PROVENANCE)
+def export(fmt, partial, facts=TWO_LAYERS, provenance=PROVENANCE):
+    return render(FORMATS[fmt], canonical_rollout(partial), provenance, facts)
 
 
-def test_it_writes_verl_overrides_for_fp8_weights_and_kv_asynchronous():
-    text = render("verl", {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3", "staleness": 2})
-    assert text == "\n".join([
-        HEADER,
-        "actor_rollout_ref.model.path=/models/student",
-        "actor_rollout_ref.rollout.name=vllm",
-        "actor_rollout_ref.rollout.dtype=bfloat16",
-        "actor_rollout_ref.rollout.quantization=fp8",
-        "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype=fp8",
-        "actor_rollout_ref.rollout.temperature=1.0",
-        "actor_rollout_ref.rollout.top_p=1.0",
-        "data.max_response_length=64",
-        "actor_rollout_ref.rollout.calculate_log_probs=True",
-        "algorithm.rollout_correction.rollout_is=token",
-        "algorithm.rollout_correction.rollout_is_threshold=2.0",
-        "trainer.v1.sampler.max_off_policy_threshold=2",
-    ]) + "\n"
+def refusal(fmt, partial, facts=TWO_LAYERS, provenance=PROVENANCE) -> list[str]:
+    with pytest.raises(NotExpressible) as refused:
+        export(fmt, partial, facts, provenance)
+    return refused.value.reasons
 
 
-def test_it_writes_verl_overrides_for_bf16_without_quantization_keys():
-    text = render("verl", {"sampling": {"temperature": 0.7, "max_new_tokens": 512}})
-    lines = text.splitlines()
-    assert "actor_rollout_ref.rollout.quantization=fp8" not in lines
-    assert not any("kv_cache_dtype" in line or "max_off_policy" in line for line in lines)
-    assert "actor_rollout_ref.rollout.temperature=0.7" in lines
-    assert "data.max_response_length=512" in lines
+# vLLM
 
 
-def test_it_writes_vllm_engine_arguments_with_ignored_layers():
-    text = render("vllm",
-                  {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3", "keep_bf16": [0, "model.layers.*.mlp.down_proj"],
-                           "seed": 5})
-    doc = json.loads(text)
+def test_vllm_engine_arguments_name_the_online_shorthand_the_fused_modules_and_the_kv_layers():
+    doc = json.loads(export("vllm", {**W8A8, "kv_cache": "fp8_e4m3", "kv_scales": "unit", "keep_bf16": [0],
+                                     "seed": 5}))
     assert doc["engine_args"] == {
         "model": "/models/student",
         "dtype": "bfloat16",
-        "quantization": "fp8",
-        "hf_overrides": {"quantization_config": {
-            "quant_method": "fp8", "activation_scheme": "dynamic",
-            "ignored_layers": ["model.layers.0.*", "model.layers.*.mlp.down_proj"]}},
-        "kv_cache_dtype": "fp8_e4m3",
-        "calculate_kv_scales": True,
-        "kv_cache_dtype_skip_layers": ["0"],
         "seed": 5,
+        "logprobs_mode": "processed_logprobs",
+        "quantization": "fp8_per_tensor",
+        "quantization_config": {"ignore": ["model.layers.0.self_attn.qkv_proj", "model.layers.0.self_attn.o_proj",
+                                           "model.layers.0.mlp.gate_up_proj", "model.layers.0.mlp.down_proj"]},
+        "kv_cache_dtype": "fp8_e4m3",
+        "kv_cache_dtype_skip_layers": ["0"],
     }
     assert doc["sampling_params"] == {"temperature": 1.0, "top_p": 1.0, "max_tokens": 64, "ignore_eos": False,
                                       "logprobs": 0}
-    assert doc["opdweb"]["config_hash"] == "ab" * 32
+    assert doc["opdweb"]["config_hash"] == "ab" * 32 and doc["opdweb"]["target"] == "vLLM 0.32.0"
     assert doc["opdweb"]["admission_job_id"] == 42 and doc["opdweb"]["approved_by"] == "bob"
-    assert doc["opdweb"]["notes"] == []
 
 
-def test_it_says_what_vllm_online_fp8_cannot_express():
-    doc = json.loads(render("vllm", {"weights": "fp8_e4m3", "weight_scale": "channel", "noise_sigma": 0.1}))
-    assert doc["engine_args"]["kv_cache_dtype"] == "auto"
-    assert doc["opdweb"]["notes"] == [
-        "per-channel FP8 weight scales: online FP8 quantization uses per-tensor scales; "
-        "load a checkpoint quantized with per-channel scales (llm-compressor)",
-        "noise_sigma 0.1 is a screening perturbation, not an engine setting; it is not exported",
+def test_vllm_takes_a_glob_over_whole_fused_modules_and_per_channel_w8a8():
+    doc = json.loads(export("vllm", {**W8A8, "weight_scale": "channel", "keep_bf16": ["model.layers.*.mlp.*"]}))
+    assert doc["engine_args"]["quantization"] == "fp8_per_channel"
+    assert doc["engine_args"]["quantization_config"] == {"ignore": [
+        "model.layers.0.mlp.gate_up_proj", "model.layers.0.mlp.down_proj",
+        "model.layers.1.mlp.gate_up_proj", "model.layers.1.mlp.down_proj"]}
+    assert "kv_cache_dtype" not in doc["engine_args"]
+
+
+def test_vllm_refuses_what_it_would_build_differently():
+    assert refusal("vllm", {"weights": "fp8_e4m3"}) == [
+        "FP8 weight-only: vLLM's online FP8 (fp8_per_tensor / fp8_per_channel) quantizes activations too; admit "
+        "activations fp8_e4m3, the W8A8 engine vLLM runs"]
+    (fused,) = refusal("vllm", {**W8A8, "keep_bf16": ["model.layers.1.self_attn.q_proj"]})
+    assert "keeps q_proj of layer 1" in fused and "into qkv_proj" in fused
+    (scales,) = refusal("vllm", {"kv_cache": "fp8_e4m3"})
+    assert scales.startswith("kv_scales calibrated: vLLM reads k_scale / v_scale from the checkpoint")
+    reasons = refusal("vllm", {"weights": "int4", "noise_sigma": 0.1, "kv_cache": "fp8_e4m3", "kv_scale": "head",
+                               "kv_scales": "unit"})
+    assert [r.split(":")[0].split(" ")[0] for r in reasons] == ["noise_sigma", "weights", "kv_scale"]
+
+
+def test_vllm_takes_calibrated_kv_scales_from_a_checkpoint_that_ships_them():
+    with_scales = CheckpointFacts("LlamaForCausalLM", 2, has_kv_scales=True)
+    doc = json.loads(export("vllm", {"kv_cache": "fp8_e4m3"}, facts=with_scales))
+    assert doc["engine_args"]["kv_cache_dtype"] == "fp8_e4m3"
+
+
+def test_per_layer_exceptions_need_the_checkpoints_module_names():
+    (reason,) = refusal("vllm", {**W8A8, "keep_bf16": [0]}, facts=CheckpointFacts(None, None, False))
+    assert reason.startswith("keep_bf16 needs the checkpoint's module names")
+
+
+# prime-rl
+
+
+def test_prime_rl_toml_uses_its_current_tables():
+    text = export("prime-rl", {**W8A8, "staleness": 2, "kv_cache": "fp8_e4m3", "kv_scales": "unit",
+                               "sampling": {"temperature": 0.7, "max_new_tokens": 512}})
+    body = [line for line in text.splitlines() if not line.startswith("#")]
+    assert text.startswith(HEADER + "\n# for prime-rl 0.8.0 (upstream 559b44772e47)\n")
+    assert body == [
+        "",
+        "[model]",
+        'name = "/models/student"',
+        "",
+        "[orchestrator]",
+        "max_off_policy_steps = 2",
+        "",
+        "[orchestrator.train.sampling]",
+        "temperature = 0.7",
+        "max_completion_tokens = 512",
+        "",
+        "[inference.vllm]",
+        'dtype = "bfloat16"',
+        "seed = 0",
+        'logprobs_mode = "processed_logprobs"',
+        'quantization = "fp8_per_tensor"',
+        'kv_cache_dtype = "fp8_e4m3"',
     ]
 
 
-def test_it_writes_prime_rl_toml():
-    text = render("prime-rl", {"weights": "fp8_e4m3", "staleness": 1, "dtype": "bfloat16"})
-    assert text == "\n".join([
-        HEADER,
-        "",
-        "[orchestrator]",
-        "max_off_policy_steps = 1",
-        "",
-        "[orchestrator.sampling]",
-        "temperature = 1.0",
-        "max_tokens = 64",
-        "",
-        "[inference.model]",
-        'name = "/models/student"',
-        'dtype = "bfloat16"',
-        "",
-        "[inference.vllm]",
-        'quantization = "fp8"',
-        'kv_cache_dtype = "auto"',
-    ]) + "\n"
+def test_prime_rl_refuses_on_policy_rollouts_nucleus_sampling_and_a_correction_it_lacks():
+    reasons = refusal("prime-rl", {"staleness": 0, "sampling": {"top_p": 0.9},
+                                   "correction": {"kind": "tis", "cap": 2.0}})
+    assert [r.split(":")[0] for r in reasons] == ["top_p < 1", "staleness 0", "correction tis"]
+    assert "DPPO" in reasons[2]
 
 
-def test_it_writes_slime_flags():
-    text = render("slime", {"kv_cache": "fp8_e4m3"})
-    assert text == "\n".join([
-        HEADER,
-        "--hf-checkpoint /models/student \\",
+# verl
+
+
+def test_verl_overrides_for_block_w8a8_fp8_kv_asynchronous_with_tis_on_sampled_opd():
+    text = export("verl", {**BLOCK_W8A8, "kv_cache": "fp8_e4m3", "kv_scales": "unit", "staleness": 2, "seed": 3,
+                           "correction": {"kind": "tis", "cap": 2.0}})
+    assert [line for line in text.splitlines() if not line.startswith("#")] == [
+        "actor_rollout_ref.model.path=/models/student",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.dtype=bfloat16",
+        "actor_rollout_ref.rollout.seed=3",
+        "actor_rollout_ref.rollout.logprobs_mode=processed_logprobs",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "actor_rollout_ref.rollout.quantization=fp8",
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype=fp8_e4m3",
+        "actor_rollout_ref.rollout.temperature=1.0",
+        "actor_rollout_ref.rollout.top_p=1.0",
+        "data.max_response_length=64",
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.sampler.max_off_policy_threshold=2",
+        "algorithm.rollout_correction.rollout_is=token",
+        "algorithm.rollout_correction.rollout_is_threshold=2.0",
+        "distillation.enabled=true",
+        "distillation.distillation_loss.use_policy_gradient=true",
+    ]
+    assert text.startswith(HEADER + "\n# for verl 0.9.1\n")
+
+
+def test_verl_writes_icepop_and_sequence_masking_in_its_own_terms_and_no_correction_unasked():
+    def body(partial, method="grpo"):
+        provenance = Provenance(**{**PROVENANCE.__dict__, "method": method})
+        return [line for line in export("verl", partial, provenance=provenance).splitlines()
+                if line.startswith("algorithm.")]
+
+    assert body({"correction": {"kind": "icepop", "low": 0.5, "high": 5.0}}) == [
+        "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold='0.5_5.0'"]
+    assert body({"correction": {"kind": "mask", "low": 0.5, "high": 2.0}}) == [
+        "algorithm.rollout_correction.rollout_rs=seq_mean_k1",
+        "algorithm.rollout_correction.rollout_rs_threshold='0.5_2.0'"]
+    assert body({}) == ["algorithm.rollout_correction.rollout_is=null", "algorithm.rollout_correction.rollout_rs=null"]
+    assert not any(line.startswith("distillation.") for line in export("verl", {}, provenance=Provenance(
+        **{**PROVENANCE.__dict__, "method": "grpo"})).splitlines())
+
+
+def test_verl_refuses_the_per_tensor_fp8_engine_and_per_layer_exceptions_it_cannot_build():
+    (engine,) = refusal("verl", W8A8)
+    assert "verl's rollout.quantization=fp8 builds 128x128 block FP8 E4M3 weights" in engine
+    reasons = refusal("verl", {**BLOCK_W8A8, "keep_bf16": [0], "kv_cache": "fp8_e4m3"})
+    assert [r.split(":")[0] for r in reasons] == ["keep_bf16", "kv_scales calibrated"]
+    full = Provenance(**{**PROVENANCE.__dict__, "method": "opd:full"})
+    (loss,) = refusal("verl", {"correction": {"kind": "tis"}}, provenance=full)
+    assert "only as a policy gradient (use_policy_gradient)" in loss
+
+
+# plain YAML and the hash
+
+
+def test_plain_yaml_reads_back_as_the_config():
+    config = canonical_rollout({"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"})
+    doc = yaml.safe_load(render(FORMATS["yaml"], config, PROVENANCE, TWO_LAYERS))
+    assert doc["rollout"] == config
+    assert doc["opdweb"]["config_hash"] == "ab" * 32 and doc["opdweb"]["approval_id"] == 7
+
+
+def test_configs_hashed_before_kv_scales_and_correction_existed_keep_their_hash():
+    """The hash of a config written before the two fields: sha256 of its canonical JSON as
+    it was then (every older field, sorted keys, no spaces), computed here by hand."""
+    import hashlib
+
+    from opdweb.rollouts.canonical import config_hash
+
+    before = {"activations": "none", "block_size": 128, "dtype": "bf16", "engine": "hf", "fp8_matmul": "auto",
+              "keep_bf16": [0], "kv_cache": "fp8_e4m3", "kv_scale": "tensor", "noise_seed": 0, "noise_sigma": 0.0,
+              "sampling": {"ignore_eos": False, "max_new_tokens": 64, "temperature": 1.0, "top_p": 1.0},
+              "seed": 0, "staleness": 0, "weight_scale": "tensor", "weights": "fp8_e4m3"}
+    by_hand = hashlib.sha256(json.dumps(before, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    canonical = canonical_rollout({"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3", "keep_bf16": [0]})
+    assert set(canonical) == set(before) | {"kv_scales", "correction"}
+    assert config_hash(canonical) == by_hand
+    assert config_hash(canonical_rollout({**before, "kv_scales": "unit"})) != by_hand
+    assert config_hash(canonical_rollout({**before, "correction": {"kind": "tis"}})) != by_hand
+
+
+# slime
+
+
+def test_slime_flags_for_block_fp8_from_its_converter_icepop_and_async_depth():
+    text = export("slime", {**BLOCK_W8A8, "kv_cache": "fp8_e4m3", "kv_scales": "unit", "staleness": 2,
+                            "correction": {"kind": "icepop", "low": 0.5, "high": 2.0}})
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    assert comments[1] == "# for slime 624b824a898a (SGLang 0.5.15.post1)"
+    assert ("# note: first: python tools/convert_hf_to_fp8.py --model-dir /models/student --save-dir "
+            "/models/student-fp8 --strategy block --block-size 128 128") in comments
+    assert [line for line in text.splitlines() if not line.startswith("#")] == [
+        "--hf-checkpoint /models/student-fp8 \\",
         "--sglang-kv-cache-dtype fp8_e4m3 \\",
         "--rollout-temperature 1.0 \\",
         "--rollout-top-p 1.0 \\",
         "--rollout-max-response-len 64 \\",
+        "--seed 0 \\",
+        "--update-weights-interval 2 \\",
         "--use-tis \\",
-        "--tis-clip 2.0",
-    ]) + "\n"
+        "--custom-tis-function-path slime.backends.megatron_utils.loss.icepop_function \\",
+        "--tis-clip-low 0.5 \\",
+        "--tis-clip 2.0 \\",
+        "--use-opd",
+    ]
 
 
-def test_it_writes_plain_yaml_that_reads_back_as_the_config():
-    config = canonical_rollout({"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"})
-    doc = yaml.safe_load(FORMATS["yaml"].render(config, PROVENANCE))
-    assert doc["rollout"] == config
-    assert doc["rollout"]["weights"] == "fp8_e4m3" and doc["rollout"]["noise_sigma"] == 0.0
-    assert doc["opdweb"]["config_hash"] == "ab" * 32 and doc["opdweb"]["approval_id"] == 7
+def test_slime_writes_no_correction_unasked_and_refuses_what_it_cannot_express():
+    text = export("slime", {"sampling": {"temperature": 0.7}})
+    assert "--use-tis" not in text and "--tis-clip" not in text
+    reasons = refusal("slime", {"weights": "fp8_e4m3", "keep_bf16": [0], "sampling": {"temperature": 0.0},
+                                "correction": {"kind": "mask"}})
+    assert [r.split(":")[0].split(" ")[0] for r in reasons] == ["weights", "keep_bf16", "temperature", "correction"]

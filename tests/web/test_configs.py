@@ -22,7 +22,10 @@ DEFAULTS = {
     "activations": "none", "fp8_matmul": "auto", "kv_cache": "none", "kv_scale": "tensor", "keep_bf16": [],
     "noise_sigma": 0.0, "noise_seed": 0, "staleness": 0,
     "sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "ignore_eos": False}, "seed": 0,
+    "kv_scales": "calibrated", "correction": {"kind": "none", "cap": 2.0, "low": 0.5, "high": 2.0},
 }
+#: Fields added after the first configs were hashed: they enter the hash only when set.
+ADDED_LATER = {"kv_scales": "calibrated", "correction": {"kind": "none", "cap": 2.0, "low": 0.5, "high": 2.0}}
 
 
 # The budget an admission check was measured against (budget #1: the config names it by id).
@@ -32,7 +35,8 @@ BUDGET_SPEC = {"id": 1, "checkpoint": "/m", "checkpoint_hash": None, "task": "ar
 
 
 def sha256_of(config: dict) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    hashed = {k: v for k, v in config.items() if ADDED_LATER.get(k, object()) != v}
+    return hashlib.sha256(json.dumps(hashed, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 @pytest.fixture
@@ -49,7 +53,8 @@ def form_data(team, **fields):
             "weights": "bf16", "weight_scale": "tensor", "block_size": "128", "activations": "none",
             "fp8_matmul": "auto", "kv_cache": "none", "kv_scale": "tensor", "keep_bf16": "", "noise_sigma": "0.0",
             "noise_seed": "0", "staleness": "0", "sampling.temperature": "1.0", "sampling.top_p": "1.0",
-            "sampling.max_new_tokens": "64", "seed": "0"}
+            "sampling.max_new_tokens": "64", "seed": "0", "kv_scales": "calibrated", "correction.kind": "none",
+            "correction.cap": "2.0", "correction.low": "0.5", "correction.high": "2.0"}
     data.update(fields)
     return data
 
@@ -180,9 +185,9 @@ def test_every_preset_fills_the_form_with_a_valid_distinct_config(member_client)
 def test_the_form_has_every_schema_field_with_choices_and_help(member_client):
     client, user, team = member_client
     html = client.get("/configs/new/").content.decode()
-    for name in list(DEFAULTS) + ["sampling.temperature", "sampling.top_p", "sampling.max_new_tokens",
-                                  "sampling.ignore_eos"]:
-        if name != "sampling":
+    nested = [f"{group}.{name}" for group in ("sampling", "correction") for name in DEFAULTS[group]]
+    for name in list(DEFAULTS) + nested:
+        if name not in ("sampling", "correction"):
             assert f'name="{name}"' in html, name
     assert '<option value="fp8_e5m2"' in html and "one of none, fp8_e4m3, fp8_e5m2" in html
     assert "Keep sampling after EOS" in html  # the schema's own description
@@ -273,8 +278,8 @@ def test_configs_compare_field_by_field_with_their_latest_verdict_per_checkpoint
     rows = {row["key"]: row for row in response.context["parameters"]}
     assert rows["weights"]["values"] == ['"bf16"', '"fp8_e4m3"'] and rows["weights"]["differs"]
     assert rows["kv_cache"]["differs"] and not rows["dtype"]["differs"]
-    # 12 top-level fields (keep_bf16 a list, kept whole) and 4 sampling ones, from DEFAULTS.
-    assert len(rows) == len(DEFAULTS) - 1 + len(DEFAULTS["sampling"])
+    # 13 top-level fields (keep_bf16 a list, kept whole), 4 sampling and 4 correction ones, from DEFAULTS.
+    assert len(rows) == len(DEFAULTS) - 2 + len(DEFAULTS["sampling"]) + len(DEFAULTS["correction"])
     verdicts = response.context["verdicts"]
     assert [v["checkpoint"] for v in verdicts] == ["/m/a", "/m/b"]
     assert verdicts[0]["checks"][0] is None and verdicts[0]["checks"][1].pk == newest.pk

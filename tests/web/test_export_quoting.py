@@ -16,14 +16,16 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from opdweb.exports import FORMATS
+from opdweb.exports import render as render_export
 from opdweb.exports.quoting import UnrenderableValue, hydra_value, printable, shell_word, toml_string
 from opdweb.rollouts.canonical import canonical_rollout
 from opdweb.rollouts.models import RolloutConfigRecord
 from opdweb.sandbox import OutsideSandbox, confine_model
-from tests.web.test_config_exports import PROVENANCE
+from tests.web.test_config_exports import PROVENANCE, TWO_LAYERS
 from tests.web.test_configs import form_data
 
-CONFIG = canonical_rollout({"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3", "staleness": 2})
+# An engine every trainer builds as admitted, so every format writes it.
+CONFIG = canonical_rollout({"kv_cache": "fp8_e4m3", "kv_scales": "unit", "staleness": 2})
 # The names of the security review, and their kin.
 HOSTILE_NAMES = [
     "inj\nactor_rollout_ref.rollout.quantization=none\ntrainer.total_epochs=999",
@@ -52,7 +54,7 @@ def comments(text: str) -> list[str]:
 
 
 def render(fmt: str, **changes) -> str:
-    return FORMATS[fmt].render(CONFIG, replace(PROVENANCE, **changes))
+    return render_export(FORMATS[fmt], CONFIG, replace(PROVENANCE, **changes), TWO_LAYERS)
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
@@ -74,7 +76,7 @@ def test_a_checkpoint_path_is_the_one_value_it_names_in_every_export(path):
     slime = shell_words(render("slime", checkpoint=path))
     assert verl == {**overrides(render("verl")), "actor_rollout_ref.model.path": path}
     benign_toml = tomllib.loads(render("prime-rl"))
-    benign_toml["inference"]["model"]["name"] = path
+    benign_toml["model"]["name"] = path
     assert toml == benign_toml
     benign_words = shell_words(render("slime"))
     assert slime == [path if word == PROVENANCE.checkpoint else word for word in benign_words]

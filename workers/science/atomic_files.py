@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def write_atomically(path: Path, write: Callable[[Path], None], suffix: str = "") -> None:
+def write_atomically(path: Path, write: Callable[[Path], object], suffix: str = "") -> None:
     """Call ``write(tmp)`` on a fresh temporary path beside ``path``, then rename it to ``path``.
 
     ``suffix`` ends the temporary name, for writers that choose a format by it (numpy's

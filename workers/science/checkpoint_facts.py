@@ -25,13 +25,18 @@ class CheckpointFacts:
 
 
 def safetensors_names(path: Path) -> list[str]:
-    """The tensor names in one safetensors file's header (8-byte length, then JSON)."""
-    with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        if length > _MAX_HEADER_BYTES:
-            raise ValueError(f"{path.name}: a safetensors header of {length} bytes is not believable")
-        header = json.loads(f.read(length))
-    return [name for name in header if name != "__metadata__"]
+    """The tensor names in one safetensors file's header (8-byte length, then JSON); none
+    for a file that has no readable header.  Only the KV-scale question reads them, and
+    "no scales" can only make an export refuse, never accept what it should not."""
+    try:
+        with path.open("rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            if length > _MAX_HEADER_BYTES:
+                return []
+            header = json.loads(f.read(length))
+    except (OSError, struct.error, ValueError):
+        return []
+    return [name for name in header if name != "__metadata__"] if isinstance(header, dict) else []
 
 
 def read_checkpoint_facts(model_dir: str | Path) -> CheckpointFacts:

