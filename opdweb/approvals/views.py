@@ -2,6 +2,8 @@
 the decision, and the approved config exported for a trainer."""
 from __future__ import annotations
 
+import logging
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
@@ -15,6 +17,7 @@ from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from opdweb.exports import FORMATS, NotExpressible, Provenance
 from opdweb.exports import render as render_export
 from opdweb.exports.quoting import UnrenderableValue
+from opdweb.exports.verification import check as check_export
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.rollouts.access import visible_config
@@ -24,6 +27,8 @@ from opdweb.teams import audit
 from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
 from workers.science.checkpoint_facts import CheckpointFacts, read_checkpoint_facts
+
+logger = logging.getLogger(__name__)
 
 
 @login_required
@@ -139,9 +144,15 @@ def approval_export(request, approval_id: int, fmt: str):
                       status=409) from None
     except UnrenderableValue as exc:  # a checkpoint recorded before such paths were refused
         raise Refused(f"this approval cannot be exported as {export.slug}: {exc}", status=409) from None
+    problems = check_export(export.slug, text)
+    if problems:  # the product wrote a file its trainer refuses: say so rather than hand it out
+        logger.error("export %s of approval %s fails its check: %s", export.slug, approval.pk, problems)
+        raise Refused(f"this export fails its check against {export.verified_against}: " + "; ".join(problems),
+                      status=409)
     audit.record(approval.team, request.user, audit.CONFIG_EXPORTED, f"exported {record.name} as {export.slug}",
                  subject="approval", subject_id=approval.pk, config=record.pk, format=export.slug)
     response = HttpResponse(text, content_type=f"{export.content_type}; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{record.short_hash}-{export.slug}.{export.extension}"'
     response["X-Opdweb-Target"] = export.target
+    response["X-Opdweb-Checked"] = export.verified_against if problems is not None else "not checked at export time"
     return response

@@ -18,7 +18,7 @@ from opdweb.exports.base import NotExpressible, Provenance
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
 
-__all__ = ["FORMATS", "ExportFormat", "NotExpressible", "Provenance", "render"]
+__all__ = ["FORMATS", "TRAINERS", "ExportFormat", "NotExpressible", "Provenance", "render", "targets_table"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,19 @@ FORMATS = {f.slug: f for f in [
     ExportFormat("yaml", "plain YAML", "yaml", "application/yaml", "any tool",
                  "yaml.safe_load gives back the canonical config", plain_yaml.plain_yaml),
 ]}
+
+
+TRAINERS = {"vllm": vllm, "verl": verl, "prime-rl": prime_rl, "slime": slime}
+
+
+def targets_table() -> str:
+    """The README's table of targets: per rollout-config part, what each trainer builds."""
+    modules = list(TRAINERS.values())
+    lines = ["| config | " + " | ".join(FORMATS[slug].target for slug in TRAINERS) + " |",
+             "|---|" + "---|" * len(modules)]
+    for part in modules[0].BUILDS:
+        lines.append(f"| `{part}` | " + " | ".join(m.BUILDS[part] for m in modules) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def render(fmt: ExportFormat, config: dict, provenance: Provenance, facts: CheckpointFacts) -> str:

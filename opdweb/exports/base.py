@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from opdweb.exports.quoting import comment
 from workers.science.config import RolloutConfig
-from workers.science.engines.vllm_args import NotExpressible
+from workers.science.vllm_args import NotExpressible
 
 __all__ = ["NotExpressible", "Provenance", "comment_block", "refuse_if"]
 

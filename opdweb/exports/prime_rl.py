@@ -11,10 +11,21 @@ from opdweb.exports.base import Provenance, comment_block, refuse_if
 from opdweb.exports.quoting import toml_string
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
-from workers.science.engines.vllm_args import vllm_engine_args, vllm_refusals
+from workers.science.vllm_args import vllm_engine_args, vllm_refusals
 
 MANIFEST = json.loads((Path(__file__).parent / "manifests" / "prime-rl.json").read_text())
 TARGET = f"prime-rl {MANIFEST['version']} (upstream {MANIFEST['commit'][:12]})"
+
+#: What prime-rl builds from each part of a rollout config (the README's table of targets).
+BUILDS = {
+    "weights": "as vLLM: `[inference.vllm]` takes the vLLM engine arguments",
+    "activations": "as vLLM",
+    "kv_cache": "as vLLM",
+    "keep_bf16": "as vLLM (`[inference.vllm.quantization_config] ignore`)",
+    "staleness": "`orchestrator.max_off_policy_steps` (an upper bound); never 0: always at least one step off-policy",
+    "correction": "none of TIS / IcePop / masking: its loss masks tokens by probability difference (DPPO, 0.2)",
+    "logprobs": "`logprobs_mode = \"processed_logprobs\"`; top_p always 1",
+}
 
 
 def refusals(config: RolloutConfig, facts: CheckpointFacts) -> list[str]:

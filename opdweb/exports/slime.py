@@ -16,6 +16,18 @@ MANIFEST = json.loads((Path(__file__).parent / "manifests" / "slime.json").read_
 TARGET = f"slime {MANIFEST['commit'][:12]} (SGLang {MANIFEST['sglang'].split()[0]})"
 ICEPOP = "slime.backends.megatron_utils.loss.icepop_function"
 
+#: What slime builds from each part of a rollout config (the README's table of targets).
+BUILDS = {
+    "weights": "a 128x128 block FP8 checkpoint made by `tools/convert_hf_to_fp8.py`",
+    "activations": "always FP8 with FP8 weights: dynamic, per token and group of 128",
+    "kv_cache": "`--sglang-kv-cache-dtype fp8_e4m3`; scales from the checkpoint, else 1.0",
+    "keep_bf16": "cannot be expressed",
+    "staleness": "`train_async.py --update-weights-interval k` (about k); 0: `train.py`",
+    "correction": "TIS `--use-tis --tis-clip C`; IcePop `--custom-tis-function-path ...icepop_function`; "
+                  "ratio-bound masking cannot be expressed (OPSM is a KL threshold)",
+    "logprobs": "SGLang's logprobs of the sampled tokens",
+}
+
 
 def refusals(config: RolloutConfig, facts: CheckpointFacts) -> list[str]:
     """Where slime would run another rollout engine or correction than ``config``'s."""

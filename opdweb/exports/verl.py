@@ -22,6 +22,20 @@ TARGET = f"verl {VERL_VERSION}"
 ROLLOUT = "actor_rollout_ref.rollout"
 CORRECTION = "algorithm.rollout_correction"
 
+#: What verl builds from each part of a rollout config (the README's table of targets).
+BUILDS = {
+    "weights": "`rollout.quantization=fp8`: 128x128 block FP8 E4M3, online at each weight sync",
+    "activations": "always FP8 with FP8 weights: dynamic, per token and group of 128",
+    "kv_cache": "`+rollout.engine_kwargs.vllm.kv_cache_dtype`; scale 1.0 after each sync unless the checkpoint "
+                "ships scales",
+    "keep_bf16": "cannot be expressed on its vLLM path (only MoE router gates stay BF16)",
+    "staleness": "`trainer.v1.trainer_mode=separate_async` + `trainer.v1.sampler.max_off_policy_threshold` (an upper "
+                 "bound); 0: `sync`",
+    "correction": "`algorithm.rollout_correction`: TIS `rollout_is=token` + threshold C, IcePop threshold "
+                  "`'low_high'`, masking `rollout_rs=seq_mean_k1`; OPD only with `use_policy_gradient`",
+    "logprobs": "`rollout.logprobs_mode=processed_logprobs`",
+}
+
 
 def _sampled_opd(method: str | None) -> bool:
     return bool(method) and method.startswith("opd:sampled")

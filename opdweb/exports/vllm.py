@@ -1,6 +1,6 @@
 """vLLM engine arguments: ``LLM(**engine_args)`` and ``SamplingParams(**sampling_params)``,
 built by the same mapping as the product's own ``vllm`` engine
-(:mod:`workers.science.engines.vllm_args`), so the engine admitted is the engine started."""
+(:mod:`workers.science.vllm_args`), so the engine admitted is the engine started."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,21 @@ from dataclasses import asdict
 from opdweb.exports.base import Provenance
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
-from workers.science.engines.vllm_args import VLLM_VERSION, vllm_engine_args, vllm_sampling_params
+from workers.science.vllm_args import VLLM_VERSION, vllm_engine_args, vllm_sampling_params
 
 TARGET = f"vLLM {VLLM_VERSION}"
+
+#: What vLLM builds from each part of a rollout config (the README's table of targets).
+BUILDS = {
+    "weights": "FP8 E4M3 online: `fp8_per_tensor` (per-tensor weight scales) or `fp8_per_channel`; never weight-only",
+    "activations": "always FP8 with FP8 weights: dynamic, per token (per tensor where CUTLASS FP8 does not run)",
+    "kv_cache": "`kv_cache_dtype` fp8_e4m3 / fp8_e5m2; scales from the checkpoint's k_scale / v_scale, else 1.0",
+    "keep_bf16": "`quantization_config.ignore`, exact fused names (qkv_proj, gate_up_proj); "
+                 "KV by `kv_cache_dtype_skip_layers`",
+    "staleness": "not an engine argument (the trainer's)",
+    "correction": "not an engine argument (the trainer's)",
+    "logprobs": "`logprobs_mode=processed_logprobs`",
+}
 
 
 def notes(config: RolloutConfig) -> list[str]:

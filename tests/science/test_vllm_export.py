@@ -10,7 +10,7 @@ from opdweb.exports import FORMATS, Provenance, render
 from tests.science.test_engine_vllm import needs_vllm
 from workers.science.checkpoint_facts import read_checkpoint_facts
 from workers.science.config import RolloutConfig
-from workers.science.engines.vllm_args import LLAMA_FUSED, vllm_engine_args
+from workers.science.vllm_args import LLAMA_FUSED, vllm_engine_args
 
 pytestmark = [needs_vllm, pytest.mark.slow]
 

@@ -72,6 +72,8 @@ def test_an_approver_approves_on_the_latest_passing_check_and_the_config_exports
 
     response = world.client(world.member).get(f"/approvals/{approval.pk}/export/verl/")
     assert response.status_code == 200
+    assert response["X-Opdweb-Target"] == "verl 0.9.1"
+    assert response["X-Opdweb-Checked"].startswith("a Hydra compose of the overrides on the config tree")
     assert response["Content-Disposition"] == f'attachment; filename="{world.record.short_hash}-verl.txt"'
     text = response.content.decode()
     assert world.record.config_hash in text and f"admission check #{latest.pk}" in text

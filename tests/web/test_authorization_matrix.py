@@ -353,7 +353,7 @@ def test_config_approval_and_team_pages_authorization_matrix(capsys, tmp_path, s
                 "GET /configs/{id}/edit/": (f"/configs/{record.pk}/edit/", Role.MEMBER),
                 "GET /configs/compare/": (f"/configs/compare/?ids={record.pk},{seconds[slug].pk}", Role.VIEWER),
                 "GET /approvals/{id}/": (f"/approvals/{approval.pk}/", Role.VIEWER),
-                "GET /approvals/{id}/export/verl/": (f"/approvals/{approval.pk}/export/verl/", Role.VIEWER),
+                "GET /approvals/{id}/export/yaml/": (f"/approvals/{approval.pk}/export/yaml/", Role.VIEWER),
                 "GET /teams/{slug}/": (f"/teams/{slug}/", Role.VIEWER),
                 "GET /teams/{slug}/audit/": (f"/teams/{slug}/audit/", Role.VIEWER),
                 "GET /teams/{slug}/webhook/": (f"/teams/{slug}/webhook/", Role.ADMIN),

@@ -111,3 +111,13 @@ def test_every_engine_of_the_matrix_is_exportable_to_some_trainer():
     assert reach["fp8 w8a8 tensor"] == reach["fp8 w8a8 channel"] == reach["two layers bf16"] == ["vllm", "prime-rl"]
     assert reach["fp8 kv unit"] == ["vllm", "verl", "prime-rl", "slime"]
     assert reach["fp8 weight-only"] == reach["fp8 kv calibrated"] == []
+
+
+def test_the_readme_carries_the_table_of_targets_the_code_prints():
+    from pathlib import Path
+
+    from opdweb.exports import targets_table
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("<!-- targets -->\n", 1)[1].split("<!-- /targets -->", 1)[0]
+    assert table == targets_table()

