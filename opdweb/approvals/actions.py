@@ -11,8 +11,10 @@ from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from opdweb.refusals import Refused
 from opdweb.rollouts.evidence import budget_of, latest_admission_check, verdict_of
 from opdweb.rollouts.models import RolloutConfigRecord
+from opdweb.rollouts.submission import check_targets
 from opdweb.sandbox import OutsideSandbox, confine_model
 from opdweb.teams import audit
+from workers.science.checkpoint_facts import read_checkpoint_facts
 
 
 def _event_payload(approval: ApprovalRequest) -> dict:
@@ -36,6 +38,8 @@ def check_checkpoint(value: str) -> str:
 
 def do_request_approval(*, record: RolloutConfigRecord, user, checkpoint: str, comment: str = "") -> ApprovalRequest:
     checkpoint = check_checkpoint(checkpoint)
+    # The trainers the config names must build it on this checkpoint (its layers, its KV scales).
+    check_targets(record.config, read_checkpoint_facts(checkpoint), status=409)
     try:
         with transaction.atomic():
             approval = ApprovalRequest.objects.create(team=record.team, config=record, checkpoint=checkpoint,

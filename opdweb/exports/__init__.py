@@ -18,7 +18,8 @@ from opdweb.exports.base import NotExpressible, Provenance
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
 
-__all__ = ["FORMATS", "TRAINERS", "ExportFormat", "NotExpressible", "Provenance", "render", "targets_table"]
+__all__ = ["FORMATS", "TRAINERS", "ExportFormat", "NotExpressible", "Provenance", "render", "target_refusals",
+           "targets_table"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,19 @@ FORMATS = {f.slug: f for f in [
 
 
 TRAINERS = {"vllm": vllm, "verl": verl, "prime-rl": prime_rl, "slime": slime}
+
+
+def target_refusals(config: RolloutConfig, facts: CheckpointFacts | None = None,
+                    method: str | None = None) -> dict[str, list[str]]:
+    """Per trainer the config names in ``targets``, where it would build another engine
+    (``facts`` None: on any checkpoint); only trainers with a refusal appear."""
+    out = {}
+    for slug in config.targets:
+        module = TRAINERS[slug]
+        problems = module.refusals(config, facts, method) if slug == "verl" else module.refusals(config, facts)
+        if problems:
+            out[slug] = problems
+    return out
 
 
 def targets_table() -> str:

@@ -29,7 +29,7 @@ BUILDS = {
 }
 
 
-def refusals(config: RolloutConfig, facts: CheckpointFacts) -> list[str]:
+def refusals(config: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
     """Where slime would run another rollout engine or correction than ``config``'s."""
     problems = screening_only(config)
     if config.weights != "bf16":
@@ -45,7 +45,7 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts) -> list[str]:
     if config.kv_cache != "none":
         if config.kv_scale != "tensor":
             problems.append("kv_scale head: SGLang's FP8 KV cache has one scale per layer")
-        if config.kv_scales == "calibrated" and not facts.has_kv_scales:
+        if config.kv_scales == "calibrated" and facts is not None and not facts.has_kv_scales:
             problems.append("kv_scales calibrated: SGLang reads k_scale / v_scale from the checkpoint and this one "
                             "ships none, so it would run scale 1.0; admit with kv_scales unit")
     if config.sampling.temperature <= 0:

@@ -41,7 +41,7 @@ def _sampled_opd(method: str | None) -> bool:
     return bool(method) and method.startswith("opd:sampled")
 
 
-def refusals(config: RolloutConfig, facts: CheckpointFacts, method: str | None) -> list[str]:
+def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None) -> list[str]:
     """Where verl would run another rollout engine or correction than ``config``'s."""
     problems = screening_only(config)
     if config.weights != "bf16":
@@ -58,7 +58,7 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts, method: str | None) 
     if config.kv_cache != "none":
         if config.kv_scale != "tensor":
             problems.append("kv_scale head: vLLM's FP8 KV cache has one scale per layer")
-        if config.kv_scales == "calibrated" and not facts.has_kv_scales:
+        if config.kv_scales == "calibrated" and facts is not None and not facts.has_kv_scales:
             problems.append("kv_scales calibrated: verl's vLLM runs the FP8 KV cache with scale 1.0 after each "
                             "weight sync unless the checkpoint ships k_scale / v_scale; admit with kv_scales unit")
         if config.keep_bf16 and config.weights == "bf16":

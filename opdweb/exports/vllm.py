@@ -9,7 +9,7 @@ from dataclasses import asdict
 from opdweb.exports.base import Provenance
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
-from workers.science.vllm_args import VLLM_VERSION, vllm_engine_args, vllm_sampling_params
+from workers.science.vllm_args import VLLM_VERSION, vllm_engine_args, vllm_refusals, vllm_sampling_params
 
 TARGET = f"vLLM {VLLM_VERSION}"
 
@@ -24,6 +24,11 @@ BUILDS = {
     "correction": "not an engine argument (the trainer's)",
     "logprobs": "`logprobs_mode=processed_logprobs`",
 }
+
+
+def refusals(config: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
+    """Where vLLM would build another engine than ``config``'s."""
+    return vllm_refusals(config, facts)
 
 
 def notes(config: RolloutConfig) -> list[str]:

@@ -28,7 +28,7 @@ def canonical_rollout(data: dict) -> dict:
 #: The fields added after the first hashes, each at its default (in the canonical JSON form).
 HASHED_WHEN_SET: dict[str, object] = {
     name: value for name, value in RolloutConfig().model_dump(mode="json").items()
-    if name in ("kv_scales", "correction")
+    if name in ("kv_scales", "correction", "targets")
 }
 
 

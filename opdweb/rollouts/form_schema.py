@@ -65,6 +65,8 @@ def _help(description: str | None, widget: str, choices, low, high, default) -> 
             parts.append(f"{kind} from {_number(low)} to {_number(high)}")
         else:
             parts.append(kind)
+    elif widget == "lines" and choices:
+        parts.append("one per line, each one of " + ", ".join(choices))
     elif widget == "lines":
         parts.append("one entry per line: a layer index, a glob over module names, or re:REGEX")
     if widget != "lines":
@@ -92,6 +94,8 @@ def fields_of(model: type[BaseModel], prefix: str = "") -> list[FormField]:
             widget = "number"
         elif get_origin(annotation) is list:
             widget = "lines"
+            (item,) = get_args(annotation)
+            choices = tuple(get_args(item)) if get_origin(item) is Literal else ()
         else:
             raise TypeError(f"no form input for {path}: {annotation!r}")  # a new schema field needs one
         out.append(FormField(path, widget, default, _help(field.description, widget, choices, low, high, default),

@@ -9,6 +9,7 @@ from django.conf import settings
 from pydantic import BaseModel
 
 from opdweb.api import check_storable
+from opdweb.exports import FORMATS, target_refusals
 from opdweb.refusals import Refused
 from opdweb.rollouts.canonical import ValidationError, canonical_rollout, config_hash
 from opdweb.rollouts.form_schema import ROLLOUT_FIELDS, set_at
@@ -216,4 +217,16 @@ def check_rollout_config(data: dict) -> tuple[dict, str]:
         summary = "; ".join(f"{p['field'] or 'config'}: {p['message']}" for p in problems)
         raise Refused(f"invalid rollout config: {summary}", details=problems) from None
     check_storable(canonical, "the rollout config")
+    check_targets(canonical)
     return canonical, config_hash(canonical)
+
+
+def check_targets(canonical: dict, facts=None, status: int = 400) -> None:
+    """A 4xx naming, for each trainer the config names in ``targets``, where that trainer
+    would build another engine (``facts`` None: on any checkpoint)."""
+    refused = target_refusals(RolloutConfig.model_validate(canonical), facts)
+    if refused:
+        details = [{"field": "targets", "message": f"{FORMATS[slug].target}: {reason}"}
+                   for slug, reasons in refused.items() for reason in reasons]
+        raise Refused("the config names trainers that would build another engine: "
+                      + "; ".join(d["message"] for d in details), status=status, details=details)

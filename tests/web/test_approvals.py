@@ -286,3 +286,17 @@ def test_an_export_the_trainer_would_build_differently_is_a_409_naming_each_diff
     html = page.content.decode()
     assert 'data-format="yaml"' in html and "FP8 weight-only: vLLM&#x27;s online FP8" in html
     assert "a Hydra compose of the overrides on the config tree of the verl 0.9.1 wheel" in html
+
+
+def test_an_approval_request_is_refused_where_a_named_trainer_cannot_build_the_config_on_that_checkpoint(world):
+    """Saved without a checkpoint, the config passes; on this checkpoint (no KV scales, no
+    module names in its config.json) vLLM would run scale 1.0 and cannot place keep_bf16."""
+    data = {"weights": "fp8_e4m3", "activations": "fp8_e4m3", "kv_cache": "fp8_e4m3", "keep_bf16": [0],
+            "targets": ["vllm"]}
+    world.record, _ = do_create_config(team=world.team, user=world.member, name="for vllm", data=data)
+    response = world.client(world.member).post(f"/configs/{world.record.pk}/request-approval/",
+                                               {"checkpoint": world.checkpoint})
+    text = response.content.decode()
+    assert response.status_code == 409 and "vLLM 0.32.0: keep_bf16 needs the checkpoint&#x27;s module names" in text
+    assert "kv_scales calibrated" in text
+    assert not ApprovalRequest.objects.filter(config=world.record).exists()

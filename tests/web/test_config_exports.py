@@ -202,10 +202,11 @@ def test_configs_hashed_before_kv_scales_and_correction_existed_keep_their_hash(
               "seed": 0, "staleness": 0, "weight_scale": "tensor", "weights": "fp8_e4m3"}
     by_hand = hashlib.sha256(json.dumps(before, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     canonical = canonical_rollout({"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3", "keep_bf16": [0]})
-    assert set(canonical) == set(before) | {"kv_scales", "correction"}
+    assert set(canonical) == set(before) | {"kv_scales", "correction", "targets"}
     assert config_hash(canonical) == by_hand
     assert config_hash(canonical_rollout({**before, "kv_scales": "unit"})) != by_hand
     assert config_hash(canonical_rollout({**before, "correction": {"kind": "tis"}})) != by_hand
+    assert config_hash(canonical_rollout({**before, "targets": ["vllm"]})) != by_hand
 
 
 # slime

@@ -22,10 +22,11 @@ DEFAULTS = {
     "activations": "none", "fp8_matmul": "auto", "kv_cache": "none", "kv_scale": "tensor", "keep_bf16": [],
     "noise_sigma": 0.0, "noise_seed": 0, "staleness": 0,
     "sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "ignore_eos": False}, "seed": 0,
-    "kv_scales": "calibrated", "correction": {"kind": "none", "cap": 2.0, "low": 0.5, "high": 2.0},
+    "kv_scales": "calibrated", "correction": {"kind": "none", "cap": 2.0, "low": 0.5, "high": 2.0}, "targets": [],
 }
 #: Fields added after the first configs were hashed: they enter the hash only when set.
-ADDED_LATER = {"kv_scales": "calibrated", "correction": {"kind": "none", "cap": 2.0, "low": 0.5, "high": 2.0}}
+ADDED_LATER = {"kv_scales": "calibrated", "correction": {"kind": "none", "cap": 2.0, "low": 0.5, "high": 2.0},
+               "targets": []}
 
 
 # The budget an admission check was measured against (budget #1: the config names it by id).
@@ -54,7 +55,7 @@ def form_data(team, **fields):
             "fp8_matmul": "auto", "kv_cache": "none", "kv_scale": "tensor", "keep_bf16": "", "noise_sigma": "0.0",
             "noise_seed": "0", "staleness": "0", "sampling.temperature": "1.0", "sampling.top_p": "1.0",
             "sampling.max_new_tokens": "64", "seed": "0", "kv_scales": "calibrated", "correction.kind": "none",
-            "correction.cap": "2.0", "correction.low": "0.5", "correction.high": "2.0"}
+            "correction.cap": "2.0", "correction.low": "0.5", "correction.high": "2.0", "targets": ""}
     data.update(fields)
     return data
 
@@ -278,7 +279,7 @@ def test_configs_compare_field_by_field_with_their_latest_verdict_per_checkpoint
     rows = {row["key"]: row for row in response.context["parameters"]}
     assert rows["weights"]["values"] == ['"bf16"', '"fp8_e4m3"'] and rows["weights"]["differs"]
     assert rows["kv_cache"]["differs"] and not rows["dtype"]["differs"]
-    # 13 top-level fields (keep_bf16 a list, kept whole), 4 sampling and 4 correction ones, from DEFAULTS.
+    # 14 top-level fields (lists kept whole), 4 sampling and 4 correction ones, from DEFAULTS.
     assert len(rows) == len(DEFAULTS) - 2 + len(DEFAULTS["sampling"]) + len(DEFAULTS["correction"])
     verdicts = response.context["verdicts"]
     assert [v["checkpoint"] for v in verdicts] == ["/m/a", "/m/b"]
@@ -380,3 +381,19 @@ def test_whole_numbers_up_to_the_limits_and_quoted_keys_still_work(member_client
     # Past the schema's own bound (not the input limit): the schema's message, as before.
     response = client.post("/configs/new/", {"source": "yaml", "team": team.slug, "yaml": "seed: 99999999999\n"})
     assert response.status_code == 400 and "must be at most 2147483647" in response.content.decode()
+
+
+def test_a_config_that_names_a_trainer_must_be_an_engine_that_trainer_builds(member_client):
+    client, user, team = member_client
+    response = client.post("/configs/new/", form_data(team, name="weight-only for verl", weights="fp8_e4m3",
+                                                      targets="verl\nvllm"))
+    text = response.content.decode()
+    assert response.status_code == 400 and not RolloutConfigRecord.objects.exists()
+    assert "verl 0.9.1: weights fp8_e4m3 / weight_scale tensor / activations none" in text
+    assert "vLLM 0.32.0: FP8 weight-only" in text
+    response = client.post("/configs/new/", form_data(team, name="block fp8 for verl", weights="fp8_e4m3",
+                                                      weight_scale="block", activations="fp8_e4m3", targets="verl"))
+    assert response.status_code == 302
+    assert RolloutConfigRecord.objects.get().config["targets"] == ["verl"]
+    response = client.post("/configs/new/", form_data(team, name="twice", targets="verl\nverl"))
+    assert response.status_code == 400 and "each target is named once" in response.content.decode()

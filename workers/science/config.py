@@ -51,6 +51,8 @@ KvCacheFormat = Literal["none", "fp8_e4m3", "fp8_e5m2"]
 KvScaleGranularity = Literal["tensor", "head"]
 KvScaleSource = Literal["calibrated", "unit"]
 CorrectionKind = Literal["none", "tis", "icepop", "mask"]
+#: The trainers the product exports a rollout config to (``opdweb/exports``, one module each).
+TrainerTarget = Literal["vllm", "verl", "prime-rl", "slime"]
 ActivationFormat = Literal["none", "fp8_e4m3"]
 Fp8Matmul = Literal["auto", "emulate", "scaled_mm"]
 #: The metrics a multiple can be taken on (the primary metric of a measurement).
@@ -131,7 +133,8 @@ class RolloutConfig(_Strict):
     where an FP8 KV cache's static scales come from: ``calibrated`` (the checkpoint's
     ``k_scale`` / ``v_scale``, else calibrated once per checkpoint) or ``unit`` (1.0, what
     vLLM and SGLang use when the checkpoint ships none).  ``correction`` is the trainer's
-    rollout correction (:class:`RolloutCorrection`).
+    rollout correction (:class:`RolloutCorrection`).  ``targets`` names the trainers the config
+    is to run on.
     """
 
     engine: Engine = "hf"
@@ -151,6 +154,16 @@ class RolloutConfig(_Strict):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     seed: int = Field(0, ge=0, le=MAX_SEED)
     correction: RolloutCorrection = Field(default_factory=RolloutCorrection)
+    targets: list[TrainerTarget] = Field(default_factory=list, max_length=4, description=(
+        "The trainers this config is to run on: a config that names one must be an engine that trainer builds "
+        "(checked when it is saved and when its approval is requested)."))
+
+    @field_validator("targets")
+    @classmethod
+    def _targets_once(cls, targets: list[str]) -> list[str]:
+        if len(set(targets)) != len(targets):
+            raise ValueError("each target is named once")
+        return targets
 
     @field_validator("keep_bf16")
     @classmethod

@@ -77,8 +77,9 @@ def kept_in_bf16(cfg: RolloutConfig, n_layers: int) -> tuple[KeptInBf16, list[st
     return KeptInBf16(ignore, skip), problems
 
 
-def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts) -> list[str]:
-    """Every way vLLM :data:`VLLM_VERSION` would build another engine than ``cfg`` on this checkpoint."""
+def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
+    """Every way vLLM :data:`VLLM_VERSION` would build another engine than ``cfg`` on this
+    checkpoint (``facts`` None: on any checkpoint, the checks that need one left out)."""
     problems = []
     if cfg.noise_sigma > 0:
         problems.append("noise_sigma is a screening perturbation no engine runs")
@@ -92,7 +93,7 @@ def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts) -> list[str]:
         elif cfg.activations == "none":
             problems.append("FP8 weight-only: vLLM's online FP8 (fp8_per_tensor / fp8_per_channel) quantizes "
                             "activations too; admit activations fp8_e4m3, the W8A8 engine vLLM runs")
-    if cfg.keep_bf16:
+    if cfg.keep_bf16 and facts is not None:
         if facts.n_layers is None or facts.architecture not in LLAMA_ARCHITECTURES:
             problems.append("keep_bf16 needs the checkpoint's module names: a local checkpoint of the Llama "
                             f"family ({', '.join(sorted(LLAMA_ARCHITECTURES))}); this one is "
@@ -102,7 +103,7 @@ def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts) -> list[str]:
     if cfg.kv_cache != "none":
         if cfg.kv_scale != "tensor":
             problems.append("kv_scale head: vLLM's FP8 KV cache has one scale per layer")
-        if cfg.kv_scales == "calibrated" and not facts.has_kv_scales:
+        if cfg.kv_scales == "calibrated" and facts is not None and not facts.has_kv_scales:
             problems.append("kv_scales calibrated: vLLM reads k_scale / v_scale from the checkpoint and this one "
                             "ships none, so it would run scale 1.0; admit with kv_scales unit")
     return problems
