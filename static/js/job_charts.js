@@ -14,7 +14,7 @@ window.JobCharts = (function () {
   const dirty = new Set();
   const options = { smoothing: "none", logY: false, xAxis: "step" };
   const X_TITLES = { step: "step", time: "wall time", relative: "time since the first point (s)" };
-  let container, numbers, readWindow, drawScheduled = false;
+  let container, numbers, readWindow, drawScheduled = false, revision = 0;
 
   function groupOf(key) {
     const m = /^(.*\/)[^/_]+_([^/]+)$/.exec(key);
@@ -89,10 +89,19 @@ window.JobCharts = (function () {
     return out;
   }
 
+  // A chart follows its newest points (its axes autorange on every draw) until the user zooms
+  // or pans an axis; a reset (double click, "autoscale") makes it follow again.
   function layout(name, keys) {
+    const follow = groups[name].follow;
+    const xaxis = { title: { text: X_TITLES[options.xAxis] }, type: options.xAxis === "time" ? "date" : "linear" };
+    const yaxis = { type: options.logY ? "log" : "linear" };
+    if (follow.x) xaxis.autorange = true;
+    if (follow.y) yaxis.autorange = true;
+    // The series arrays grow in place, and Plotly.react compares arrays by reference: a new
+    // datarevision on every draw is what makes it look at the new points at all.
     return { title: { text: keys.length > 1 ? name : keys[0] }, height: 280, margin: { t: 40, r: 10, b: 40, l: 60 },
-             xaxis: { title: { text: X_TITLES[options.xAxis] }, type: options.xAxis === "time" ? "date" : "linear" }, yaxis: { type: options.logY ? "log" : "linear" },
-             uirevision: options.xAxis, legend: { orientation: "h", y: -0.25 } };
+             xaxis: xaxis, yaxis: yaxis, uirevision: options.xAxis, datarevision: ++revision,
+             legend: { orientation: "h", y: -0.25 } };
   }
 
   function plot(name, keys) {
@@ -111,10 +120,14 @@ window.JobCharts = (function () {
 
   // Zoom: read each series of the chart again for the visible steps; reset: the whole series.
   async function zoomed(name, event) {
-    const keys = groups[name].keys;
+    const keys = groups[name].keys, follow = groups[name].follow;
+    if (event["yaxis.autorange"]) follow.y = true;
+    else if (event["yaxis.range"] || event["yaxis.range[0]"] !== undefined) follow.y = false;
     if (event["xaxis.autorange"]) {
+      follow.x = true;
       keys.forEach(key => { series[key].zoom = null; });
     } else if (event["xaxis.range"] || event["xaxis.range[0]"] !== undefined) {
+      follow.x = false;
       const range = event["xaxis.range"] || [event["xaxis.range[0]"], event["xaxis.range[1]"]];
       const steps = keys.map(key => stepWindow(key, range));
       if (steps.every(([start, end]) => end < start)) return;
@@ -165,7 +178,7 @@ window.JobCharts = (function () {
     if (!series[key]) {
       series[key] = { x: [], t: [], y: [], lo: [], hi: [], zoom: null };
       const name = groupOf(key);
-      (groups[name] = groups[name] || { keys: [], div: null }).keys.push(key);
+      (groups[name] = groups[name] || { keys: [], div: null, follow: { x: true, y: true } }).keys.push(key);
       groups[name].keys.sort();
     }
     return groupOf(key);
@@ -182,8 +195,9 @@ window.JobCharts = (function () {
       });
       document.getElementById("x-axis").addEventListener("change", async e => {
         options.xAxis = e.target.value;
-        // A new axis starts unzoomed (its ui revision differs, so plotly drops the old ranges).
+        // A new axis starts unzoomed (its ui revision differs, so plotly drops the old ranges) and follows.
         Object.values(series).forEach(s => { s.zoom = null; });
+        Object.values(groups).forEach(g => { g.follow = { x: true, y: true }; });
         // Series read without wall times are read again with them (live points carry theirs).
         const lacking = Object.keys(series).filter(key => timeAxis() && series[key].t.some(t => t === undefined));
         const axis = options.xAxis;
@@ -202,8 +216,10 @@ window.JobCharts = (function () {
       });
       document.getElementById("log-y").addEventListener("change", e => {
         options.logY = e.target.checked;
-        Object.values(groups).filter(g => g.div).forEach(g =>
-          Plotly.relayout(g.div, { "yaxis.type": options.logY ? "log" : "linear", "yaxis.autorange": true }));
+        Object.values(groups).filter(g => g.div).forEach(g => {
+          g.follow.y = true;
+          Plotly.relayout(g.div, { "yaxis.type": options.logY ? "log" : "linear", "yaxis.autorange": true });
+        });
       });
     },
     // The whole series as the downsampled API returns it.

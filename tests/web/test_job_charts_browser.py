@@ -192,3 +192,54 @@ def test_the_list_follows_running_jobs_and_the_page_says_live(member, asgi_serve
     other = Job.objects.create(team=team, created_by=user, kind="selftest", state=JobState.RUNNING, config={})
     page.goto(f"{base}/jobs/{other.pk}/")
     expect(page.locator("#live-status")).to_have_text("live")
+
+
+def test_a_live_chart_follows_new_points_until_zoomed_and_again_after_a_reset(member, asgi_server, page):
+    """The issue's repro: points keep arriving over the live channel and the visible x range
+    must keep up, without any control being touched; a zoom stops it, a reset resumes it."""
+    from opdweb.jobs import live
+
+    user, team = member
+    job = Job.objects.create(team=team, created_by=user, kind="selftest", name="long", state=JobState.RUNNING,
+                             progress=0.1, config={"steps": 1200, "sleep_s": 0.05})
+    sink = TraceSink(job.pk, publish=lambda messages: live.publish(job.pk, messages))
+    key = "selftest/loss"
+
+    def add(first, last):
+        steps = list(range(first, last))
+        sink.add_many(key, steps, [1.0 / (1 + s) for s in steps], [1.7e9 + s for s in steps])
+        sink.flush()
+
+    def x_range():
+        return page.eval_on_selector("#charts .chart", "d => d._fullLayout.xaxis.range")
+
+    try:
+        add(0, 20)
+        base = f"http://{asgi_server}"
+        log_in(page, base, user)
+        page.goto(f"{base}/jobs/{job.pk}/")
+        expect(page.locator("#live-status")).to_have_text("live")
+        page.wait_for_function("document.querySelector('#charts .chart') && "
+                               "document.querySelector('#charts .chart').data[2].x.length === 20")
+        for first in range(20, 420, 40):  # steps 20 .. 419
+            add(first, first + 40)
+        page.wait_for_function("(() => { const x = document.querySelector('#charts .chart').data[2].x; "
+                               "return x[x.length - 1] === 419; })()", timeout=15_000)
+        page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.xaxis.range[1] >= 419",
+                               timeout=5_000)
+        assert x_range()[0] <= 0
+
+        page.eval_on_selector("#charts .chart", "d => Plotly.relayout(d, {'xaxis.range': [5, 10]})")
+        expect(page.locator("#charts .chart")).to_have_attribute("data-window", "5-10")
+        add(420, 480)
+        page.wait_for_timeout(1500)  # the points arrive; the zoomed chart stays where the user put it
+        assert x_range() == [5, 10]
+
+        page.eval_on_selector("#charts .chart", "d => Plotly.relayout(d, {'xaxis.autorange': true})")
+        page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.xaxis.range[1] >= 479",
+                               timeout=10_000)
+        add(480, 520)
+        page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.xaxis.range[1] >= 519",
+                               timeout=10_000)
+    finally:
+        sink.close()
