@@ -156,6 +156,10 @@ JOB_CONFIG_MAX_BYTES = env.int("JOB_CONFIG_MAX_BYTES", default=64 * 1024)
 # Approval webhooks (opdweb/approvals/webhooks.py): attempts per event, first retry delay (doubling).
 WEBHOOK_MAX_ATTEMPTS = env.int("WEBHOOK_MAX_ATTEMPTS", default=6)
 WEBHOOK_RETRY_SECONDS = env.float("WEBHOOK_RETRY_SECONDS", default=10.0)
+# Webhooks go to public addresses over https (opdweb/approvals/webhook_destinations.py);
+# these two let an operator allow plain http, or name host:port receivers that are not public.
+WEBHOOK_ALLOW_HTTP = env.bool("WEBHOOK_ALLOW_HTTP", default=False)
+WEBHOOK_ALLOWED_HOSTS = env.list("WEBHOOK_ALLOWED_HOSTS", default=[])
 
 # Channel layer: live increments only; the database is the source of truth, so a
 # dropped message costs nothing a reconnect cannot recover.  Capacity bounds memory per

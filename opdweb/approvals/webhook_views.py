@@ -9,6 +9,7 @@ from django.db import transaction
 from django.shortcuts import redirect, render
 
 from opdweb.approvals.models import TeamWebhook, WebhookDelivery
+from opdweb.approvals.webhook_destinations import ForbiddenDestination, check_destination
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.teams import audit
@@ -23,6 +24,11 @@ def check_webhook(url: str, secret: str) -> tuple[str, str]:
         URLValidator(schemes=["http", "https"])(url)
     except ValidationError:
         problems.append({"field": "url", "message": "must be an http:// or https:// URL"})
+    else:
+        try:
+            check_destination(url)
+        except ForbiddenDestination as exc:
+            problems.append({"field": "url", "message": str(exc)})
     if len(secret) < 16:
         problems.append({"field": "secret", "message": "must be at least 16 characters"})
     if problems:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import logging
-import urllib.error
-import urllib.request
 from datetime import timedelta
 
 from django.conf import settings
@@ -21,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from opdweb.approvals.models import DeliveryState, TeamWebhook, WebhookDelivery, webhook_fingerprint
+from opdweb.approvals.webhook_destinations import ForbiddenDestination, check_destination, post
 from opdweb.jobs.broker import BROKER_ERRORS
 
 log = logging.getLogger(__name__)
@@ -97,23 +97,29 @@ def _post(delivery: WebhookDelivery) -> bool:
                                "not sent: the webhook's URL or secret changed since this event was queued")
         delivery.save(update_fields=["state", "last_error"])
         return True
-    secret = hook.secret
+    try:  # again at delivery: the name may resolve elsewhere now
+        destination = check_destination(delivery.url)
+    except ForbiddenDestination as exc:
+        delivery.state = DeliveryState.DROPPED
+        delivery.last_error = f"not sent: the webhook URL {exc}"[:500]
+        delivery.save(update_fields=["state", "last_error"])
+        return True
     body = body_of(delivery)
-    request = urllib.request.Request(delivery.url, data=body, method="POST", headers={
+    headers = {
         "Content-Type": "application/json",
         "User-Agent": "opdweb-webhook/1",
         "X-Opdweb-Event": delivery.event,
         "X-Opdweb-Delivery": str(delivery.pk),
-        "X-Opdweb-Signature": signature(secret, body),
-    })
+        "X-Opdweb-Signature": signature(hook.secret, body),
+    }
     status, error = None, ""
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        status, error = exc.code, f"the receiver answered {exc.code} {exc.reason}"
-    except (urllib.error.URLError, OSError) as exc:
-        error = f"could not reach the receiver: {getattr(exc, 'reason', exc)}"
+        status = post(destination, body, headers, TIMEOUT_S)
+        if not 200 <= status < 300:
+            error = f"the receiver answered {status}" + (" (redirects are not followed)" if 300 <= status < 400
+                                                          else "")
+    except (OSError, http.client.HTTPException) as exc:
+        error = f"could not reach the receiver: {exc}"
     delivered = status is not None and 200 <= status < 300
     delivery.attempts += 1
     delivery.last_status = status

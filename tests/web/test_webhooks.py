@@ -23,9 +23,9 @@ SECRET = "s3cret-of-sixteen-plus"
 
 class Receiver:
     """A loopback HTTP server that answers the statuses given, in order (then 200), and
-    keeps every request it got."""
+    keeps every request it got; with ``redirect_to``, every answer is a 302 there."""
 
-    def __init__(self, statuses=()):
+    def __init__(self, statuses=(), redirect_to=None):
         self.statuses = list(statuses)
         self.received: list[dict] = []
         receiver = self
@@ -34,8 +34,10 @@ class Receiver:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.received.append({"headers": dict(self.headers), "body": body})
-                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                status = 302 if redirect_to else (receiver.statuses.pop(0) if receiver.statuses else 200)
                 self.send_response(status)
+                if redirect_to:
+                    self.send_header("Location", redirect_to)
                 self.end_headers()
 
             def log_message(self, *args):
@@ -51,12 +53,20 @@ class Receiver:
         self.server.server_close()
 
 
-@pytest.fixture
-def receiver():
-    made = []
+def allowed_host(url: str) -> str:
+    return url.split("//", 1)[1].split("/", 1)[0]
 
-    def make(statuses=()):
-        made.append(Receiver(statuses))
+
+@pytest.fixture
+def receiver(settings):
+    """Loopback receivers, each allowed by name in WEBHOOK_ALLOWED_HOSTS (loopback is not a
+    public address: without the setting the product refuses to post there)."""
+    made = []
+    settings.WEBHOOK_ALLOWED_HOSTS = []
+
+    def make(statuses=(), redirect_to=None):
+        made.append(Receiver(statuses, redirect_to))
+        settings.WEBHOOK_ALLOWED_HOSTS = [*settings.WEBHOOK_ALLOWED_HOSTS, allowed_host(made[-1].url)]
         return made[-1]
 
     yield make
@@ -78,7 +88,7 @@ def test_request_and_decision_are_posted_signed_and_retried(start_worker, receiv
     admin = MembershipFactory(team=team, role=Role.ADMIN).user
     member = MembershipFactory(team=team, role=Role.MEMBER).user
     approver = MembershipFactory(team=team, role=Role.APPROVER).user
-    start_worker(WEBHOOK_RETRY_SECONDS="0.2")
+    start_worker(WEBHOOK_RETRY_SECONDS="0.2", WEBHOOK_ALLOWED_HOSTS=allowed_host(hook.url))
 
     admin_client = Client()
     admin_client.force_login(admin)
@@ -128,6 +138,7 @@ def test_a_receiver_that_cannot_be_reached_is_logged_and_given_up_after_the_limi
     settings.WEBHOOK_MAX_ATTEMPTS = 3
     team = TeamFactory()
     closed_port = free_port()
+    settings.WEBHOOK_ALLOWED_HOSTS = [f"127.0.0.1:{closed_port}"]
     TeamWebhook.objects.create(team=team, url=f"http://127.0.0.1:{closed_port}/hook", secret=SECRET)
     delivery = queue_event(team, "approval.requested", {"x": 1})
     assert attempt_delivery(delivery.pk) is False
@@ -215,3 +226,72 @@ def test_a_delivery_whose_task_was_never_queued_is_sent_by_the_outbox_sweep(rece
 def test_the_outbox_sweep_runs_on_the_beat_schedule(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["send-pending-webhooks"]
     assert entry["task"] == "opdweb.send_pending_webhooks" and entry["options"]["queue"] == "control"
+
+
+FORBIDDEN = {
+    "http://127.0.0.1:6379/": "loopback",  # the product's own Redis
+    "https://localhost:5432/": "loopback",  # ... and PostgreSQL, by name
+    "https://[::1]/hook": "loopback",
+    "https://0.0.0.0/hook": "unspecified",
+    "https://10.1.2.3/hook": "private",
+    "https://172.16.5.4/hook": "private",
+    "https://192.168.0.10/hook": "private",
+    "https://100.64.0.1/hook": "not public",  # shared address space (CGNAT)
+    "https://169.254.169.254/latest/meta-data/": "link-local",  # cloud metadata
+    "https://metadata.google.internal/computeMetadata/v1/": "cloud metadata service",
+    "https://[::ffff:127.0.0.1]/hook": "loopback",
+    "https://224.0.0.1/hook": "multicast",
+    "http://93.184.216.34/hook": "must be https://",
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", FORBIDDEN)
+def test_a_webhook_to_a_loopback_private_metadata_or_plain_http_address_is_refused(url, settings):
+    settings.WEBHOOK_ALLOWED_HOSTS, settings.WEBHOOK_ALLOW_HTTP = [], False
+    team = TeamFactory()
+    admin = Client()
+    admin.force_login(MembershipFactory(team=team, role=Role.ADMIN).user)
+    response = admin.post(f"/teams/{team.slug}/webhook/", {"url": url, "secret": SECRET})
+    assert response.status_code == 400, url
+    assert FORBIDDEN[url] in response.content.decode()
+    assert not TeamWebhook.objects.exists() and not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_public_https_address_is_accepted(settings):
+    settings.WEBHOOK_ALLOWED_HOSTS = []
+    team = TeamFactory()
+    admin = Client()
+    admin.force_login(MembershipFactory(team=team, role=Role.ADMIN).user)
+    response = admin.post(f"/teams/{team.slug}/webhook/", {"url": "https://93.184.216.34/hook", "secret": SECRET})
+    assert response.status_code == 302 and TeamWebhook.objects.get(team=team).url == "https://93.184.216.34/hook"
+
+
+@pytest.mark.django_db
+def test_a_redirect_is_not_followed(receiver):
+    """A 302 from the receiver is a failed delivery: its target gets nothing."""
+    target = receiver()
+    redirecting = receiver(redirect_to=target.url)
+    team = TeamFactory()
+    TeamWebhook.objects.create(team=team, url=redirecting.url, secret=SECRET)
+    delivery = queue_event(team, "approval.requested", {"x": 1})
+    assert attempt_delivery(delivery.pk) is False
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.last_status) == (DeliveryState.PENDING, 302)
+    assert "redirects are not followed" in delivery.last_error
+    assert len(redirecting.received) == 1 and target.received == []
+
+
+@pytest.mark.django_db
+def test_a_destination_that_turned_private_since_it_was_saved_is_not_posted_to(receiver, settings):
+    """Checked again at delivery (DNS rebinding): the same URL, no longer allowed, gets nothing."""
+    hook = receiver()
+    team = TeamFactory()
+    TeamWebhook.objects.create(team=team, url=hook.url, secret=SECRET)
+    delivery = queue_event(team, "approval.requested", {"x": 1})
+    settings.WEBHOOK_ALLOWED_HOSTS = []
+    assert attempt_delivery(delivery.pk) is True
+    delivery.refresh_from_db()
+    assert delivery.state == DeliveryState.DROPPED and "loopback" in delivery.last_error
+    assert hook.received == []

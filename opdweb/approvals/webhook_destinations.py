@@ -1,0 +1,104 @@
+"""Where a team webhook may post: a public address, over https, to exactly the host it names.
+
+A URL is checked when it is saved and again at every delivery (its name may resolve
+elsewhere by then: DNS rebinding), and the delivery connects to the very address that was
+checked.  Refused: loopback, private, shared (CGNAT), link-local (cloud metadata at
+169.254.169.254), multicast, reserved and unspecified addresses, IPv4-mapped or not, and
+plain http unless ``WEBHOOK_ALLOW_HTTP``.  ``WEBHOOK_ALLOWED_HOSTS`` lists ``host:port``
+receivers an operator allows although they are not public (a receiver on the same host,
+the tests' loopback server): an explicit setting, not a hole in the rule.  Redirects are
+never followed (a 3xx is a failed delivery) and a response is read up to
+``MAX_RESPONSE_BYTES``.
+"""
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import socket
+import ssl
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+MAX_RESPONSE_BYTES = 64 * 1024
+#: Names of cloud metadata services, refused whatever they resolve to.
+METADATA_NAMES = frozenset({"metadata", "metadata.google.internal", "metadata.azure.com", "instance-data"})
+
+
+class ForbiddenDestination(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Destination:
+    scheme: str
+    host: str
+    port: int
+    address: str  # the checked address the delivery connects to
+    target: str  # path and query
+
+
+def _forbidden(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for what, hit in (("loopback", ip.is_loopback), ("link-local", ip.is_link_local),
+                      ("unspecified", ip.is_unspecified), ("multicast", ip.is_multicast), ("private", ip.is_private),
+                      ("reserved", ip.is_reserved), ("not public", not ip.is_global)):
+        if hit:
+            return what
+    return None
+
+
+def check_destination(url: str) -> Destination:
+    """The destination ``url`` names, resolved and checked; raises ForbiddenDestination."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("https", "http"):
+        raise ForbiddenDestination("must be an https:// URL")
+    host = (parts.hostname or "").lower()
+    try:
+        port = parts.port or (443 if scheme == "https" else 80)
+    except ValueError:
+        raise ForbiddenDestination("has an invalid port") from None
+    if not host:
+        raise ForbiddenDestination("names no host")
+    allowed = f"{host}:{port}" in settings.WEBHOOK_ALLOWED_HOSTS
+    if host.rstrip(".") in METADATA_NAMES:
+        raise ForbiddenDestination(f"{host} is a cloud metadata service")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ForbiddenDestination(f"{host} does not resolve ({exc})") from None
+    addresses = [info[4][0] for info in infos]
+    if not allowed:
+        for address in addresses:
+            why = _forbidden(ipaddress.ip_address(address.split("%", 1)[0]))
+            if why:
+                raise ForbiddenDestination(f"{host} resolves to {address}, a {why} address; webhooks go to "
+                                           "public addresses only")
+    if scheme == "http" and not (settings.WEBHOOK_ALLOW_HTTP or allowed):
+        raise ForbiddenDestination("must be https:// (plain http is allowed only where the operator sets "
+                                   "WEBHOOK_ALLOW_HTTP)")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return Destination(scheme, host, port, addresses[0], target)
+
+
+def post(destination: Destination, body: bytes, headers: dict, timeout: float) -> int:
+    """POST ``body`` to the checked address of ``destination`` (TLS verified against its
+    host name); the response status.  No redirect is followed."""
+    raw = socket.create_connection((destination.address, destination.port), timeout=timeout)
+    try:
+        if destination.scheme == "https":
+            raw = ssl.create_default_context().wrap_socket(raw, server_hostname=destination.host)
+            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+                destination.host, destination.port, timeout=timeout)
+        else:
+            connection = http.client.HTTPConnection(destination.host, destination.port, timeout=timeout)
+        connection.sock = raw
+        connection.request("POST", destination.target, body=body, headers=headers)
+        response = connection.getresponse()
+        response.read(MAX_RESPONSE_BYTES)
+        return response.status
+    finally:
+        raw.close()
