@@ -54,6 +54,7 @@ MIDDLEWARE = [
     "opdweb.middleware.RequestSizeLimit",
     "opdweb.middleware.RefuseNulCharacters",
     "django.middleware.security.SecurityMiddleware",
+    "opdweb.csp.ContentSecurityPolicy",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

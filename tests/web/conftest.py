@@ -220,7 +220,8 @@ def make_user(db):
 
 @pytest.fixture
 def page(monkeypatch):
-    """A fresh Chromium page (1280 x 900), closed after the test."""
+    """A fresh Chromium page (1280 x 900), closed after the test; the test fails if any page
+    it opened reported a Content-Security-Policy violation (an inline script, a foreign source)."""
     # Playwright's sync API keeps an event loop on this thread; the ORM calls the tests
     # make between page actions are ordinary blocking calls, not async code.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
@@ -231,11 +232,17 @@ def page(monkeypatch):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
-        yield context.new_page()
+        opened = context.new_page()
+        violations: list[str] = []
+        opened.on("console", lambda message: violations.append(message.text)
+                  if "Content Security Policy" in message.text else None)
+        opened.csp_violations = violations  # type: ignore[attr-defined]
+        yield opened
         # With Playwright's loop on this thread, the ORM opened connections of its own
         # for this context; close them so the test database can be dropped.
         connections.close_all()
         browser.close()
+        assert violations == [], f"the pages broke their Content-Security-Policy: {violations}"
 
 
 @pytest.fixture(scope="session")

@@ -165,3 +165,32 @@ def test_with_the_database_unreachable_every_answer_is_a_quick_503(start_asgi_se
             assert json_lib.loads(body)["detail"].startswith("the database is unreachable")
         else:
             assert body.startswith("the database is unreachable") and "Traceback" not in body
+
+
+@pytest.mark.django_db
+def test_every_page_carries_a_content_security_policy_without_inline_script(client):
+    from opdweb.csp import POLICY
+
+    response = client.get("/login/")
+    policy = response["Content-Security-Policy"]
+    assert policy == POLICY
+    directives = dict(d.split(" ", 1) for d in policy.split("; "))
+    assert directives["script-src"] == "'self'" and "unsafe-inline" not in directives["script-src"]
+    assert directives["frame-ancestors"] == "'none'" and directives["object-src"] == "'none'"
+    assert client.get("/healthz")["Content-Security-Policy"] == POLICY
+
+
+def test_no_template_holds_an_inline_script_or_handler():
+    """What the policy forbids, looked for in the templates themselves: a <script> without
+    src (JSON data blocks are not run), an on* handler, a javascript: URL."""
+    import re
+    from pathlib import Path
+
+    offending = []
+    for template in (Path(__file__).resolve().parents[2] / "templates").rglob("*.html"):
+        text = template.read_text()
+        for tag in re.findall(r"<script\b[^>]*>", text):
+            if "src=" not in tag and 'type="application/json"' not in tag:
+                offending.append(f"{template.name}: {tag}")
+        offending += [f"{template.name}: {m}" for m in re.findall(r"\son[a-z]+=|javascript:", text)]
+    assert offending == []

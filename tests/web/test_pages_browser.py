@@ -67,3 +67,16 @@ def test_a_member_cancels_a_running_job_from_its_page(member, start_worker, asgi
     expect(page.locator("#job-state")).to_have_text("cancelled", timeout=30_000)
     job = Job.objects.get()
     wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.CANCELLED, 10, "cancelled in the database")
+
+
+def test_the_policy_blocks_an_inline_script_and_the_page_fixture_sees_it(member, asgi_server, page):
+    """The CSP check of every browser test can fail: a script injected inline is refused."""
+    user, _ = member
+    base = f"http://{asgi_server}"
+    log_in(page, base, user)
+    page.evaluate("""() => { const s = document.createElement("script");
+        s.textContent = "window.injected = true"; document.body.appendChild(s); }""")
+    page.wait_for_timeout(300)
+    assert page.evaluate("() => window.injected === undefined")
+    assert any("inline script violates" in v and "The action has been blocked" in v for v in page.csp_violations)
+    page.csp_violations.clear()
