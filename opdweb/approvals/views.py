@@ -126,9 +126,11 @@ def export_statuses(approval) -> list[dict]:
 
 
 @login_required
+@require_POST
 @answers_refusals
 def approval_export(request, approval_id: int, fmt: str):
-    """The approved config for a trainer; refused (409) unless the approval is current."""
+    """The approved config for a trainer; refused (409) unless the approval is current.  A
+    POST (with the CSRF token): a download is audited, and no other site can make one."""
     approval = visible_approval(request.user, approval_id)
     export = FORMATS.get(fmt)
     if export is None:

@@ -72,7 +72,7 @@ def test_a_config_from_a_preset_is_approved_by_a_second_user_and_exported_for_ve
     shot(page, "4-approved")
 
     with page.expect_download() as download_info:
-        page.click("#exports a[data-format=verl]")
+        page.click("#exports button[data-format=verl]")
     download = download_info.value
     assert download.suggested_filename == f"{record.config_hash[:12]}-verl.txt"
     text = Path(download.path()).read_text()

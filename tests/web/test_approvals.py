@@ -70,7 +70,7 @@ def test_an_approver_approves_on_the_latest_passing_check_and_the_config_exports
     assert (approval.admission_job, approval.budget) == (latest, world.budget)
     assert approval.checkpoint_hash == latest.result["checkpoint_hash"]
 
-    response = world.client(world.member).get(f"/approvals/{approval.pk}/export/verl/")
+    response = world.client(world.member).post(f"/approvals/{approval.pk}/export/verl/")
     assert response.status_code == 200
     assert response["X-Opdweb-Target"] == "verl 0.9.1"
     assert response["X-Opdweb-Checked"].startswith("a Hydra compose of the overrides on the config tree")
@@ -138,12 +138,12 @@ def test_export_before_approval_or_after_rejection_is_refused(world):
     approval = world.request()
     client = world.client(world.member)
     for fmt in ("verl", "vllm", "prime-rl", "slime", "yaml"):
-        response = client.get(f"/approvals/{approval.pk}/export/{fmt}/")
+        response = client.post(f"/approvals/{approval.pk}/export/{fmt}/")
         assert (response.status_code == 409
                 and "only a currently approved config can be exported" in response.content.decode())
     world.decide(approval, decision="reject")
-    assert client.get(f"/approvals/{approval.pk}/export/verl/").status_code == 409
-    assert client.get(f"/approvals/{approval.pk}/export/word/").status_code == 404
+    assert client.post(f"/approvals/{approval.pk}/export/verl/").status_code == 409
+    assert client.post(f"/approvals/{approval.pk}/export/word/").status_code == 404
     assert not AuditEntry.objects.filter(action="config.exported").exists()
 
 
@@ -152,9 +152,9 @@ def test_an_approval_lapses_when_the_budget_is_recalibrated(world):
     approval = world.request()
     world.decide(approval)
     client = world.client(world.member)
-    assert client.get(f"/approvals/{approval.pk}/export/yaml/").status_code == 200
+    assert client.post(f"/approvals/{approval.pk}/export/yaml/").status_code == 200
     recalibrate(world.budget)
-    response = client.get(f"/approvals/{approval.pk}/export/yaml/")
+    response = client.post(f"/approvals/{approval.pk}/export/yaml/")
     assert response.status_code == 409 and "recalibrated" in response.content.decode()
     assert client.get(f"/approvals/{approval.pk}/").context["lapse"] is not None
 
@@ -166,9 +166,9 @@ def test_an_approval_lapses_when_the_checkpoint_changes(world):
     approval = world.request()
     world.decide(approval)
     client = world.client(world.member)
-    assert client.get(f"/approvals/{approval.pk}/export/verl/").status_code == 200
+    assert client.post(f"/approvals/{approval.pk}/export/verl/").status_code == 200
     (Path(world.checkpoint) / "model.safetensors").write_bytes(b"weights v2")
-    response = client.get(f"/approvals/{approval.pk}/export/verl/")
+    response = client.post(f"/approvals/{approval.pk}/export/verl/")
     assert response.status_code == 409 and "changed since it was approved" in response.content.decode()
 
 
@@ -205,7 +205,7 @@ def test_roles_and_teams_bound_who_decides(world):
     outsider = MembershipFactory(role=Role.ADMIN).user
     assert world.decide(approval, user=outsider).status_code == 404
     assert world.client(outsider).get(f"/approvals/{approval.pk}/").status_code == 404
-    assert world.client(outsider).get(f"/approvals/{approval.pk}/export/verl/").status_code == 404
+    assert world.client(outsider).post(f"/approvals/{approval.pk}/export/verl/").status_code == 404
     viewer = MembershipFactory(team=world.team, role=Role.VIEWER).user
     response = world.client(viewer).post(f"/configs/{world.record.pk}/request-approval/",
                                          {"checkpoint": world.checkpoint})
@@ -271,13 +271,13 @@ def test_an_export_the_trainer_would_build_differently_is_a_409_naming_each_diff
     approval = world.request()
     world.decide(approval)
     client = world.client(world.member)
-    response = client.get(f"/approvals/{approval.pk}/export/vllm/")
+    response = client.post(f"/approvals/{approval.pk}/export/vllm/")
     text = response.content.decode()
     assert response.status_code == 409 and "cannot be exported for vLLM 0.32.0" in text
     assert "FP8 weight-only" in text and "kv_scales calibrated" in text
-    response = client.get(f"/approvals/{approval.pk}/export/verl/")
+    response = client.post(f"/approvals/{approval.pk}/export/verl/")
     assert response.status_code == 409 and "128x128 block FP8" in response.content.decode()
-    assert client.get(f"/approvals/{approval.pk}/export/yaml/").status_code == 200
+    assert client.post(f"/approvals/{approval.pk}/export/yaml/").status_code == 200
     assert AuditEntry.objects.filter(action="config.exported").count() == 1  # the YAML only
 
     page = client.get(f"/approvals/{approval.pk}/")
@@ -285,6 +285,7 @@ def test_an_export_the_trainer_would_build_differently_is_a_409_naming_each_diff
     assert refused["yaml"] is None and all(refused[slug] for slug in ("vllm", "verl", "prime-rl", "slime"))
     html = page.content.decode()
     assert 'data-format="yaml"' in html and "FP8 weight-only: vLLM&#x27;s online FP8" in html
+    assert f'<form method="post" action="/approvals/{approval.pk}/export/yaml/"' in html
     assert "a Hydra compose of the overrides on the config tree of the verl 0.9.1 wheel" in html
 
 
@@ -300,3 +301,16 @@ def test_an_approval_request_is_refused_where_a_named_trainer_cannot_build_the_c
     assert response.status_code == 409 and "vLLM 0.32.0: keep_bf16 needs the checkpoint&#x27;s module names" in text
     assert "kv_scales calibrated" in text
     assert not ApprovalRequest.objects.filter(config=world.record).exists()
+
+
+def test_a_download_by_get_is_refused_and_writes_nothing(world):
+    """A download is audited, so it is a POST with the CSRF token: a link on another site
+    (a GET, or a POST without the token) downloads nothing and writes nothing."""
+    admission_job(world.team, world.checkpoint, FP8, world.budget)
+    approval = world.request()
+    world.decide(approval)
+    assert world.client(world.member).get(f"/approvals/{approval.pk}/export/yaml/").status_code == 405
+    cross_site = Client(enforce_csrf_checks=True)
+    cross_site.force_login(world.member)
+    assert cross_site.post(f"/approvals/{approval.pk}/export/yaml/").status_code == 403
+    assert not AuditEntry.objects.filter(action="config.exported").exists()
