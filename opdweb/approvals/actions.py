@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from opdweb.approvals import webhooks
 from opdweb.approvals.currency import current_checkpoint_hash
+from opdweb.approvals.exporting import approved_hashes
 from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from opdweb.refusals import Refused
 from opdweb.rollouts.evidence import budget_of, latest_admission_check, verdict_of
@@ -91,6 +92,8 @@ def do_decide(*, approval_id: int, user, approve: bool, comment: str = "") -> Ap
         approval.state = ApprovalState.APPROVED if approve else ApprovalState.REJECTED
         approval.decided_by, approval.decided_at = user, timezone.now()
         approval.decision_comment = comment[:5000]
+        if approve:  # the files each trainer gets, as approved: a later download must be these bytes
+            approval.export_hashes = approved_hashes(approval)
         approval.save()
         audit.record(approval.team, user, audit.APPROVAL_APPROVED if approve else audit.APPROVAL_REJECTED,
                      f"{approval.state} {approval.config.name} for {approval.checkpoint}",

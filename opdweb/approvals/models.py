@@ -38,6 +38,8 @@ class ApprovalRequest(models.Model):
     budget = models.ForeignKey("budgets.MismatchBudget", on_delete=models.PROTECT, null=True, blank=True,
                                related_name="+")
     checkpoint_hash = models.CharField(max_length=64, blank=True)
+    # Per export format, the sha256 of the file as approved (the approval page shows the bytes).
+    export_hashes = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-requested_at"]

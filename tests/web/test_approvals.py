@@ -314,3 +314,31 @@ def test_a_download_by_get_is_refused_and_writes_nothing(world):
     cross_site.force_login(world.member)
     assert cross_site.post(f"/approvals/{approval.pk}/export/yaml/").status_code == 403
     assert not AuditEntry.objects.filter(action="config.exported").exists()
+
+
+def test_the_approval_records_each_exports_hash_and_the_page_shows_the_bytes(world, monkeypatch):
+    """The hash recorded at the decision is the sha256 of the file downloaded; the page shows
+    that file byte for byte; a download the product would now write differently is refused."""
+    import hashlib
+
+    admission_job(world.team, world.checkpoint, FP8, world.budget)
+    approval = world.request()
+    world.decide(approval)
+    approval.refresh_from_db()
+    assert set(approval.export_hashes) == {"verl", "slime", "yaml"}  # vLLM and prime-rl refuse block W8A8
+    client = world.client(world.member)
+    response = client.post(f"/approvals/{approval.pk}/export/verl/")
+    assert hashlib.sha256(response.content).hexdigest() == approval.export_hashes["verl"]
+    assert response["X-Opdweb-Sha256"] == approval.export_hashes["verl"]
+    page = client.get(f"/approvals/{approval.pk}/")
+    shown = {e["format"].slug: e for e in page.context["exports"]}
+    assert shown["verl"]["text"] == response.content.decode() and shown["verl"]["sha256"] == response["X-Opdweb-Sha256"]
+    assert "(as approved)" in page.content.decode()
+
+    from opdweb.exports import verl
+
+    monkeypatch.setattr(verl, "ROLLOUT", "actor_rollout_ref.rollout")  # unchanged: still the approved bytes
+    assert client.post(f"/approvals/{approval.pk}/export/verl/").status_code == 200
+    monkeypatch.setattr(verl, "TARGET", "verl 0.9.2")  # the mapping changed since the approval
+    response = client.post(f"/approvals/{approval.pk}/export/verl/")
+    assert response.status_code == 409 and "not the file approved" in response.content.decode()
