@@ -13,7 +13,7 @@ from opdweb.exports.quoting import comment
 from workers.science.config import RolloutConfig
 from workers.science.vllm_args import NotExpressible
 
-__all__ = ["NotExpressible", "Provenance", "comment_block", "refuse_if"]
+__all__ = ["NotExpressible", "Provenance", "block_fp8_refusals", "comment_block", "refuse_if", "screening_only"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,21 @@ def refuse_if(target: str, problems: list[str]) -> None:
 def screening_only(config: RolloutConfig) -> list[str]:
     """What no trainer deploys: a screening perturbation."""
     return ["noise_sigma is a screening perturbation no engine runs"] if config.noise_sigma > 0 else []
+
+
+def block_fp8_refusals(config: RolloutConfig, trainer: str) -> list[str]:
+    """Where ``trainer``'s FP8 rollouts (128x128 block FP8 E4M3 weights, dynamic FP8
+    activations: W8A8) are not ``config``'s quantization, and per-layer exceptions with them."""
+    if config.weights == "bf16":
+        return []
+    problems = []
+    if not (config.weights == "fp8_e4m3" and config.weight_scale == "block" and config.block_size == 128
+            and config.activations == "fp8_e4m3"):
+        problems.append(f"weights {config.weights} / weight_scale {config.weight_scale} / activations "
+                        f"{config.activations}: {trainer} builds 128x128 block FP8 E4M3 weights with dynamic FP8 "
+                        "activations (W8A8); admit weights fp8_e4m3, weight_scale block, block_size 128, "
+                        "activations fp8_e4m3")
+    return problems
 
 
 def comment_block(provenance: Provenance, target: str, notes: list[str]) -> list[str]:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opdweb.exports.base import Provenance, comment_block, refuse_if, screening_only
+from opdweb.exports.base import Provenance, block_fp8_refusals, comment_block, refuse_if, screening_only
 from opdweb.exports.quoting import shell_word
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
+from workers.science.vllm_args import kv_cache_refusals
 
 MANIFEST = json.loads((Path(__file__).parent / "manifests" / "slime.json").read_text())
 TARGET = f"slime {MANIFEST['commit'][:12]} (SGLang {MANIFEST['sglang'].split()[0]})"
@@ -31,23 +32,10 @@ BUILDS = {
 
 def refusals(config: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
     """Where slime would run another rollout engine or correction than ``config``'s."""
-    problems = screening_only(config)
-    if config.weights != "bf16":
-        fp8_block = (config.weights == "fp8_e4m3" and config.weight_scale == "block" and config.block_size == 128
-                     and config.activations == "fp8_e4m3")
-        if not fp8_block:
-            problems.append(f"weights {config.weights} / weight_scale {config.weight_scale} / activations "
-                            f"{config.activations}: slime's FP8 rollouts run a 128x128 block FP8 E4M3 checkpoint "
-                            "with dynamic FP8 activations (W8A8); admit weights fp8_e4m3, weight_scale block, "
-                            "block_size 128, activations fp8_e4m3")
+    problems = screening_only(config) + block_fp8_refusals(config, "slime's FP8 checkpoint converter")
     if config.keep_bf16:
         problems.append("keep_bf16: slime has no flag to keep layers or KV caches in BF16")
-    if config.kv_cache != "none":
-        if config.kv_scale != "tensor":
-            problems.append("kv_scale head: SGLang's FP8 KV cache has one scale per layer")
-        if config.kv_scales == "calibrated" and facts is not None and not facts.has_kv_scales:
-            problems.append("kv_scales calibrated: SGLang reads k_scale / v_scale from the checkpoint and this one "
-                            "ships none, so it would run scale 1.0; admit with kv_scales unit")
+    problems += kv_cache_refusals(config, facts, "SGLang")
     if config.sampling.temperature <= 0:
         problems.append("temperature 0: slime's --rollout-temperature must be > 0")
     if config.correction.kind == "mask":

@@ -12,10 +12,11 @@ TIS / IcePop are ``algorithm.rollout_correction.rollout_is`` with a threshold ``
 loss only with ``distillation.distillation_loss.use_policy_gradient``."""
 from __future__ import annotations
 
-from opdweb.exports.base import Provenance, comment_block, refuse_if, screening_only
+from opdweb.exports.base import Provenance, block_fp8_refusals, comment_block, refuse_if, screening_only
 from opdweb.exports.quoting import hydra_value
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import DTYPE_LIBRARY_NAMES, RolloutConfig
+from workers.science.vllm_args import kv_cache_refusals
 
 VERL_VERSION = "0.9.1"
 TARGET = f"verl {VERL_VERSION}"
@@ -43,26 +44,13 @@ def _sampled_opd(method: str | None) -> bool:
 
 def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None) -> list[str]:
     """Where verl would run another rollout engine or correction than ``config``'s."""
-    problems = screening_only(config)
-    if config.weights != "bf16":
-        fp8_block = (config.weights == "fp8_e4m3" and config.weight_scale == "block" and config.block_size == 128
-                     and config.activations == "fp8_e4m3")
-        if not fp8_block:
-            problems.append(f"weights {config.weights} / weight_scale {config.weight_scale} / activations "
-                            f"{config.activations}: verl's rollout.quantization=fp8 builds 128x128 block FP8 E4M3 "
-                            "weights with dynamic FP8 activations (W8A8); admit weights fp8_e4m3, weight_scale "
-                            "block, block_size 128, activations fp8_e4m3")
-        if config.keep_bf16:
-            problems.append("keep_bf16: verl's vLLM FP8 path keeps only MoE router gates in BF16; per-layer "
-                            "exceptions cannot be expressed")
-    if config.kv_cache != "none":
-        if config.kv_scale != "tensor":
-            problems.append("kv_scale head: vLLM's FP8 KV cache has one scale per layer")
-        if config.kv_scales == "calibrated" and facts is not None and not facts.has_kv_scales:
-            problems.append("kv_scales calibrated: verl's vLLM runs the FP8 KV cache with scale 1.0 after each "
-                            "weight sync unless the checkpoint ships k_scale / v_scale; admit with kv_scales unit")
-        if config.keep_bf16 and config.weights == "bf16":
-            problems.append("keep_bf16 with an FP8 KV cache: not written for verl yet; admit without keep_bf16")
+    problems = screening_only(config) + block_fp8_refusals(config, "verl's rollout.quantization=fp8")
+    if config.keep_bf16 and config.weights != "bf16":
+        problems.append("keep_bf16: verl's vLLM FP8 path keeps only MoE router gates in BF16; per-layer "
+                        "exceptions cannot be expressed")
+    problems += kv_cache_refusals(config, facts, "verl's vLLM (after each weight sync)")
+    if config.kv_cache != "none" and config.keep_bf16 and config.weights == "bf16":
+        problems.append("keep_bf16 with an FP8 KV cache: not written for verl yet; admit without keep_bf16")
     if config.correction.kind != "none" and method and method.startswith("opd") and not _sampled_opd(method):
         problems.append(f"correction {config.correction.kind} with {method}: verl applies a rollout correction to "
                         "its distillation loss only as a policy gradient (use_policy_gradient), the sampled-token "

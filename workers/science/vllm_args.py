@@ -100,12 +100,20 @@ def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None) -> list[str
                             f"{facts.architecture or 'not a local checkpoint'}")
         else:
             problems += kept_in_bf16(cfg, facts.n_layers)[1]
-    if cfg.kv_cache != "none":
-        if cfg.kv_scale != "tensor":
-            problems.append("kv_scale head: vLLM's FP8 KV cache has one scale per layer")
-        if cfg.kv_scales == "calibrated" and facts is not None and not facts.has_kv_scales:
-            problems.append("kv_scales calibrated: vLLM reads k_scale / v_scale from the checkpoint and this one "
-                            "ships none, so it would run scale 1.0; admit with kv_scales unit")
+    return problems + kv_cache_refusals(cfg, facts, "vLLM")
+
+
+def kv_cache_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None, engine: str) -> list[str]:
+    """Where an ``engine`` that takes static FP8 KV scales from the checkpoint (else 1.0), one
+    per layer, as vLLM and SGLang do, would run another KV cache than ``cfg``'s."""
+    if cfg.kv_cache == "none":
+        return []
+    problems = []
+    if cfg.kv_scale != "tensor":
+        problems.append(f"kv_scale head: {engine}'s FP8 KV cache has one scale per layer")
+    if cfg.kv_scales == "calibrated" and facts is not None and not facts.has_kv_scales:
+        problems.append(f"kv_scales calibrated: {engine} reads k_scale / v_scale from the checkpoint and this one "
+                        "ships none, so it would run scale 1.0; admit with kv_scales unit")
     return problems
 
 
@@ -136,4 +144,4 @@ def vllm_sampling_params(sampling: SamplingConfig) -> dict:
 
 
 __all__ = ["LLAMA_FUSED", "LOGPROBS_MODE", "VLLM_VERSION", "KeptInBf16", "NotExpressible", "kept_in_bf16",
-           "vllm_engine_args", "vllm_refusals", "vllm_sampling_params"]
+           "kv_cache_refusals", "vllm_engine_args", "vllm_refusals", "vllm_sampling_params"]
