@@ -1,12 +1,11 @@
-"""``{% approvals_of record as approvals %}`` and ``{% export_formats as formats %}``: a
-config's approvals for its page, which the rollouts app shows without importing this one."""
+"""``{% approvals_of record as approvals %}``: a config's approvals for its page, which the
+rollouts app shows without importing this one."""
 from __future__ import annotations
 
 from django import template
 
 from opdweb.approvals.currency import lapse_reason
 from opdweb.approvals.models import ApprovalRequest, ApprovalState
-from opdweb.exports import FORMATS, ExportFormat
 
 register = template.Library()
 
@@ -19,7 +18,3 @@ def approvals_of(record) -> list[ApprovalRequest]:
         approval.lapse = lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None
     return approvals
 
-
-@register.simple_tag
-def export_formats() -> list[ExportFormat]:
-    return list(FORMATS.values())
