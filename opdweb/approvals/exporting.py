@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from opdweb.exports import FORMATS, ExportFormat, NotExpressible, Provenance
+from opdweb.exports import FORMATS, TRAINERS, ExportFormat, NotExpressible, Provenance
 from opdweb.exports import render as render_export
 from opdweb.exports.quoting import UnrenderableValue
 from opdweb.exports.verification import check as check_export
@@ -98,7 +98,7 @@ def export_statuses(approval) -> list[dict]:
             text = export_text(approval, fmt, facts)
         except Refused as exc:
             statuses.append({"format": fmt, "refused": [d["message"] for d in exc.details] or [str(exc)],
-                             "text": None, "sha256": None})
+                             "text": None, "sha256": None, "trainer": fmt.slug in TRAINERS})
             continue
         statuses.append({"format": fmt, "refused": None, "text": text, "sha256": sha256_of(text),
                          "approved": (approval.export_hashes or {}).get(fmt.slug)})

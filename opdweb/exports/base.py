@@ -13,7 +13,8 @@ from opdweb.exports.quoting import comment
 from workers.science.config import RolloutConfig
 from workers.science.vllm_args import NotExpressible
 
-__all__ = ["NotExpressible", "Provenance", "block_fp8_refusals", "comment_block", "refuse_if", "screening_only"]
+__all__ = ["NotExpressible", "Provenance", "block_fp8_refusals", "comment_block", "nearest_engine", "refuse_if",
+           "screening_only"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,32 @@ def block_fp8_refusals(config: RolloutConfig, trainer: str) -> list[str]:
                         "activations (W8A8); admit weights fp8_e4m3, weight_scale block, block_size 128, "
                         "activations fp8_e4m3")
     return problems
+
+
+def nearest_engine(config: RolloutConfig, target: str, *, fp8: str, keep_bf16: bool, **changes) -> dict:
+    """``config`` changed into the nearest engine ``target`` builds (the "admit for this
+    trainer" starting point): FP8 weights as ``fp8`` ("tensor" W8A8 keeping per-channel
+    scales, or "block" 128x128 W8A8), FP8 KV at scale 1.0 per tensor, no screening noise,
+    ``keep_bf16`` kept only where the trainer can express it, ``target`` named; then ``changes``."""
+    data = config.model_dump(mode="json")
+    if data["weights"] != "bf16":
+        data["weights"], data["activations"] = "fp8_e4m3", "fp8_e4m3"
+        if fp8 == "block":
+            data["weight_scale"], data["block_size"] = "block", 128
+        elif data["weight_scale"] == "block":
+            data["weight_scale"] = "tensor"
+    if data["kv_cache"] != "none":
+        data["kv_scale"], data["kv_scales"] = "tensor", "unit"
+    if not keep_bf16:
+        data["keep_bf16"] = []
+    data["noise_sigma"] = 0.0
+    data["targets"] = sorted({*data["targets"], target})
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return data
 
 
 def comment_block(provenance: Provenance, target: str, notes: list[str]) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opdweb.exports.base import Provenance, comment_block, refuse_if
+from opdweb.exports.base import Provenance, comment_block, nearest_engine, refuse_if
 from opdweb.exports.quoting import toml_string
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
@@ -43,6 +43,13 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
                         "(its loss masks tokens by trainer-minus-inference probability, DPPO); admit with "
                         "correction none")
     return problems
+
+
+def nearest(config: RolloutConfig) -> dict:
+    """The nearest engine prime-rl runs: vLLM's, at least one step stale, top_p 1, no correction."""
+    sampling = {"top_p": 1.0, "temperature": min(config.sampling.temperature, 2.0)}
+    return nearest_engine(config, "prime-rl", fp8="tensor", keep_bf16=True, staleness=max(config.staleness, 1),
+                          sampling=sampling, correction={"kind": "none"})
 
 
 def _toml_value(value) -> str:

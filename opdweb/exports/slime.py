@@ -7,7 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opdweb.exports.base import Provenance, block_fp8_refusals, comment_block, refuse_if, screening_only
+from opdweb.exports.base import (
+    Provenance,
+    block_fp8_refusals,
+    comment_block,
+    nearest_engine,
+    refuse_if,
+    screening_only,
+)
 from opdweb.exports.quoting import shell_word
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
@@ -42,6 +49,17 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
         problems.append("correction mask: slime's sequence masking is OPSM (--use-opsm, a KL threshold), not "
                         "bounds on the sequence's ratio")
     return problems
+
+
+def nearest(config: RolloutConfig) -> dict:
+    """The nearest engine slime runs: block W8A8 FP8, nothing kept in BF16, KV scales 1.0,
+    sampled (temperature > 0), no ratio-bound sequence masking."""
+    changes: dict = {}
+    if config.sampling.temperature <= 0:
+        changes["sampling"] = {"temperature": 1.0}
+    if config.correction.kind == "mask":
+        changes["correction"] = {"kind": "none"}
+    return nearest_engine(config, "slime", fp8="block", keep_bf16=False, **changes)
 
 
 def slime_flags(config: RolloutConfig, provenance: Provenance, facts: CheckpointFacts) -> str:

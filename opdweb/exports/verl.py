@@ -12,7 +12,14 @@ TIS / IcePop are ``algorithm.rollout_correction.rollout_is`` with a threshold ``
 loss only with ``distillation.distillation_loss.use_policy_gradient``."""
 from __future__ import annotations
 
-from opdweb.exports.base import Provenance, block_fp8_refusals, comment_block, refuse_if, screening_only
+from opdweb.exports.base import (
+    Provenance,
+    block_fp8_refusals,
+    comment_block,
+    nearest_engine,
+    refuse_if,
+    screening_only,
+)
 from opdweb.exports.quoting import hydra_value
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import DTYPE_LIBRARY_NAMES, RolloutConfig
@@ -56,6 +63,11 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
                         "its distillation loss only as a policy gradient (use_policy_gradient), the sampled-token "
                         "OPD loss; calibrate the budget with the sampled loss")
     return problems
+
+
+def nearest(config: RolloutConfig) -> dict:
+    """The nearest engine verl builds: block W8A8 FP8, no per-layer exceptions, KV scales 1.0."""
+    return nearest_engine(config, "verl", fp8="block", keep_bf16=False)
 
 
 def _correction(config: RolloutConfig) -> list[str]:

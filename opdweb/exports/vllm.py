@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from opdweb.exports.base import Provenance
+from opdweb.exports.base import Provenance, nearest_engine
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
 from workers.science.vllm_args import VLLM_VERSION, vllm_engine_args, vllm_refusals, vllm_sampling_params
@@ -29,6 +29,11 @@ BUILDS = {
 def refusals(config: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
     """Where vLLM would build another engine than ``config``'s."""
     return vllm_refusals(config, facts)
+
+
+def nearest(config: RolloutConfig) -> dict:
+    """The nearest engine vLLM builds: online FP8 is W8A8, KV scales 1.0 on a checkpoint without them."""
+    return nearest_engine(config, "vllm", fp8="tensor", keep_bf16=True)
 
 
 def notes(config: RolloutConfig) -> list[str]:

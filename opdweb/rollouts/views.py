@@ -10,6 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 
 from opdweb.budgets.models import MismatchBudget
+from opdweb.exports import TRAINERS
 from opdweb.jobs.compare import parameter_rows, parse_compared_ids
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
@@ -24,6 +25,7 @@ from opdweb.rollouts.presets import PRESETS, PRESETS_BY_SLUG
 from opdweb.rollouts.submission import config_from_form, config_from_yaml
 from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
+from workers.science.config import RolloutConfig
 
 
 @login_required
@@ -78,17 +80,21 @@ def _as_yaml(config: dict) -> str:
 
 @login_required
 @answers_refusals
-def config_new(request, derived_from: RolloutConfigRecord | None = None):
+def config_new(request, derived_from: RolloutConfigRecord | None = None, adjusted: tuple[str, dict] | None = None):
+    """The config form; ``derived_from`` an edit of that record, ``adjusted`` (a name and a
+    config) what the form shows first in its place."""
     # An edit stays in its config's team (the new record names the one it came from).
     teams = [derived_from.team] if derived_from else list(teams_of(request.user, Role.MEMBER))
     if not teams:
         raise Refused("you are not a member of a team that can create rollout configs", status=403)
     preset = PRESETS_BY_SLUG.get(request.GET.get("preset", ""))
     shown = derived_from.config if derived_from else (preset.config if preset else {})  # what the form shows
+    if adjusted:
+        shown = adjusted[1]
     context = {
         "teams": teams, "presets": PRESETS, "preset": preset, "derived_from": derived_from,
         "team": derived_from.team.slug if derived_from else request.GET.get("team", teams[0].slug),
-        "name": derived_from.name if derived_from else (preset.title if preset else ""),
+        "name": adjusted[0] if adjusted else derived_from.name if derived_from else (preset.title if preset else ""),
         "yaml_text": _as_yaml(shown), "schema_doc": SCHEMA_PARAGRAPHS, "problems": [], "error": None,
     }
     status, source = 200, "form"
@@ -138,6 +144,19 @@ def _read_upload(upload) -> str:
 def config_edit(request, config_id: int):
     """The form, filled with a record's config: submitting makes a new record."""
     return config_new(request, derived_from=visible_config(request.user, config_id, Role.MEMBER))
+
+
+@login_required
+@answers_refusals
+def config_for_target(request, config_id: int, target: str):
+    """"Admit for this trainer": the form filled with the nearest engine ``target`` builds
+    (its ``nearest``), derived from the record; saving makes that config, to be checked."""
+    record = visible_config(request.user, config_id, Role.MEMBER)
+    module = TRAINERS.get(target)
+    if module is None:
+        raise Refused(f"unknown trainer {target!r}; one of {', '.join(TRAINERS)}", status=404)
+    nearest = module.nearest(RolloutConfig.model_validate(record.config))
+    return config_new(request, derived_from=record, adjusted=(f"{record.name} for {target}"[:200], nearest))
 
 
 @login_required

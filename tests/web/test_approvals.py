@@ -6,6 +6,7 @@ from django.test import Client
 
 from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from opdweb.rollouts.actions import do_create_config
+from opdweb.rollouts.models import RolloutConfigRecord
 from opdweb.teams.models import AuditEntry, Role
 from tests.web.approval_world import admission_job, make_budget, make_checkpoint, recalibrate
 from tests.web.factories import MembershipFactory, TeamFactory
@@ -342,3 +343,29 @@ def test_the_approval_records_each_exports_hash_and_the_page_shows_the_bytes(wor
     monkeypatch.setattr(verl, "TARGET", "verl 0.9.2")  # the mapping changed since the approval
     response = client.post(f"/approvals/{approval.pk}/export/verl/")
     assert response.status_code == 409 and "not the file approved" in response.content.decode()
+
+
+def test_admit_for_this_trainer_is_one_click_from_a_refused_export(world):
+    """A weight-only FP8 config refused by verl: the approval page links to the config form
+    filled with the engine verl builds; saved, it is a new config naming verl, derived from the first."""
+    weight_only = {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"}
+    world.record, _ = do_create_config(team=world.team, user=world.member, name="weight-only", data=weight_only)
+    admission_job(world.team, world.checkpoint, weight_only, world.budget)
+    approval = world.request()
+    world.decide(approval)
+    client = world.client(world.member)
+    link = f"/configs/{world.record.pk}/for/verl/"
+    assert f'href="{link}"' in client.get(f"/approvals/{approval.pk}/").content.decode()
+    form = client.get(link)
+    assert form.status_code == 200 and form.context["name"] == "weight-only for verl"
+    shown = {row["field"].name: row["value"] for row in form.context["rows"]}
+    assert (shown["weight_scale"], shown["activations"], shown["kv_scales"]) == ("block", "fp8_e4m3", "unit")
+    from tests.web.test_configs import form_data
+
+    response = client.post(link, form_data(world.team, name="weight-only for verl", weights="fp8_e4m3",
+                                           weight_scale="block", activations="fp8_e4m3", kv_cache="fp8_e4m3",
+                                           kv_scales="unit", targets="verl"))
+    assert response.status_code == 302
+    made = RolloutConfigRecord.objects.get(name="weight-only for verl")
+    assert made.derived_from == world.record and made.config["targets"] == ["verl"]
+    assert client.get(f"/configs/{world.record.pk}/for/megatron/").status_code == 404

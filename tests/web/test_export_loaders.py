@@ -121,3 +121,17 @@ def test_the_readme_carries_the_table_of_targets_the_code_prints():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     table = readme.split("<!-- targets -->\n", 1)[1].split("<!-- /targets -->", 1)[0]
     assert table == targets_table()
+
+
+@pytest.mark.parametrize("partial", MATRIX)
+def test_the_nearest_config_each_trainer_builds_is_one_it_does_not_refuse(partial):
+    """"Admit for this trainer" starts from ``nearest``: on any checkpoint, the trainer
+    accepts it, and it names the trainer as a target."""
+    from opdweb.exports import TRAINERS, target_refusals
+    from workers.science.config import RolloutConfig
+
+    config = RolloutConfig.model_validate(canonical_rollout(partial))
+    for slug, module in TRAINERS.items():
+        nearest = RolloutConfig.model_validate(module.nearest(config))
+        assert slug in nearest.targets
+        assert target_refusals(nearest, None, method="opd:sampled+tis") == {}, (slug, nearest)
