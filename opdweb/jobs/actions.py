@@ -19,6 +19,7 @@ from opdweb.jobs.broker import BROKER_ERRORS, task_id, waiting_attempts
 from opdweb.jobs.models import Job, JobState
 from opdweb.refusals import Refused
 from opdweb.sandbox import confine
+from opdweb.teams import audit
 from workers.science.entrypoints import JobKind, UnknownJobKind, get_kind
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ def do_submit_job(*, team, user, kind_name: str, config, name: str = "") -> Job:
             config=normalised,
             max_attempts=kind.max_attempts,
         )
+        audit.record(team, user, audit.JOB_SUBMITTED, f"submitted {kind.name} job #{job.pk}"
+                     + (f" ({job.name})" if job.name else ""), subject="job", subject_id=job.pk, kind=kind.name)
         transaction.on_commit(lambda: _enqueue_or_withdraw(job))
     return job
 
@@ -129,8 +132,9 @@ def do_resend_lost_messages(now=None) -> list[int]:
     return resent
 
 
-def do_cancel_job(job: Job) -> Job:
-    """Queued jobs are cancelled at once; running ones are asked to stop cooperatively."""
+def do_cancel_job(job: Job, user=None) -> Job:
+    """Queued jobs are cancelled at once; running ones are asked to stop cooperatively.  A
+    person's cancellation (``user``) is audited; the product's own (a parent's children) is not."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.is_terminal:
@@ -141,6 +145,9 @@ def do_cancel_job(job: Job) -> Job:
             raise Refused(f"job #{job.pk} is already being cancelled", status=409)
         else:
             job.request_cancel()
+        if user is not None:
+            audit.record(job.team, user, audit.JOB_CANCELLED, f"cancelled {job.kind} job #{job.pk}", subject="job",
+                         subject_id=job.pk, kind=job.kind)
     live.publish_state(job)
     return job
 

@@ -206,7 +206,7 @@ def get_job(request, job_id: int):
 
 @routes.route("POST", "jobs/<int:job_id>/cancel", summary="Cancel a job", response=JobOut, errors=(403, 404, 409))
 def cancel_job(request, job_id: int):
-    return do_cancel_job(visible_job(request.user, job_id, Role.MEMBER))
+    return do_cancel_job(visible_job(request.user, job_id, Role.MEMBER), user=request.user)
 
 
 @routes.route("GET", "jobs/<int:job_id>/log", summary="A job's log lines", query=LogQuery, response=list[LogEntryOut],

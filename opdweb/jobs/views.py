@@ -177,7 +177,7 @@ def job_compare(request):
 @require_POST
 def job_cancel(request, job_id: int):
     try:
-        job = do_cancel_job(visible_job(request.user, job_id, Role.MEMBER))
+        job = do_cancel_job(visible_job(request.user, job_id, Role.MEMBER), user=request.user)
         messages.info(request, f"cancel of job #{job.pk} requested")
     except Refused as exc:
         messages.error(request, str(exc))

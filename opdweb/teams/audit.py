@@ -12,6 +12,8 @@ MEMBER_ADDED = "member.added"
 MEMBER_REMOVED = "member.removed"
 MEMBER_ROLE_CHANGED = "member.role_changed"
 WEBHOOK_CHANGED = "webhook.changed"
+JOB_SUBMITTED = "job.submitted"
+JOB_CANCELLED = "job.cancelled"
 
 
 def record(team, actor, action: str, summary: str, *, subject: str = "", subject_id: int | None = None,

@@ -160,3 +160,17 @@ def test_the_openapi_document_describes_bodies_queries_and_problems(api):
     assert set(selftest["properties"]) == {"kind", "config", "name", "team"}
     params = {p["name"] for p in schema["paths"]["/api/jobs/{job_id}/series/downsampled"]["get"]["parameters"]}
     assert params == {"job_id", "key", "buckets", "start", "end", "wall"}
+
+
+def test_a_submission_and_a_cancellation_are_audited_and_a_refused_one_is_not(api):
+    from opdweb.teams.models import AuditEntry
+
+    response = post_json(api, "/api/jobs", {"kind": "selftest", "name": "audited", "config": {"steps": 3}})
+    job_id = response.json()["id"]
+    assert post_json(api, "/api/jobs", {"kind": "selftest", "config": {"steps": "many"}}).status_code == 400
+    assert api.post(f"/api/jobs/{job_id}/cancel").status_code == 200
+    assert api.post(f"/api/jobs/{job_id}/cancel").status_code == 409  # refused: nothing to record
+    entries = list(AuditEntry.objects.filter(team=api.team).order_by("id").values_list("action", "subject_id",
+                                                                                       "summary"))
+    assert entries == [("job.submitted", job_id, f"submitted selftest job #{job_id} (audited)"),
+                       ("job.cancelled", job_id, f"cancelled selftest job #{job_id}")]
