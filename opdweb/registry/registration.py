@@ -49,5 +49,10 @@ def register_model(*, team, user, name: str, path: str, kind: str) -> Registered
         with transaction.atomic():
             return RegisteredModel.objects.create(team=team, name=name, path=resolved, kind=kind,
                                                   digest=digest, created_by=user)
-    except IntegrityError:
+    except IntegrityError as exc:  # registered at the same moment by someone else: say which rule it broke
+        constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", "") or ""
+        if constraint.endswith("path_unique_in_team"):
+            same = RegisteredModel.objects.filter(team=team, path=resolved).first()
+            raise Refused(f"path: {resolved!r} is already registered as {same.name if same else '?'!r}",
+                          status=409) from None
         raise Refused(f"name: team {team.slug} already has a model named {name!r}", status=409) from None

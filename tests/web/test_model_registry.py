@@ -206,3 +206,49 @@ def test_bootstrap_demo_registers_the_toy_pair_once(settings, tmp_path, toy_pair
         assert model.team.slug == "demo"
         assert model.path == str((tmp_path / "toy" / "test" / kind).resolve())
         assert model.digest == checkpoint_digest(tmp_path / "toy" / "test" / kind)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_registration_that_loses_the_race_for_a_path_is_refused_for_the_path(roots):
+    """Someone else's registration of the same path is written but not yet committed when
+    ours checks: ours passes the check, meets the unique path at the insert, and must be
+    refused for the path (the rule it broke), not for its name, which nobody holds."""
+    import threading
+    import time
+
+    from django.db import connection, transaction
+
+    from opdweb.refusals import Refused
+    from opdweb.registry.registration import register_model
+
+    membership = MembershipFactory(role=Role.MEMBER)
+    path = str(make_loadable_checkpoint(roots, "shared").resolve())
+    inserted, outcome = threading.Event(), {}
+
+    def the_other_registration():
+        try:
+            with transaction.atomic():
+                RegisteredModel.objects.create(team=membership.team, name="theirs", path=path, kind="student",
+                                               digest="", created_by=membership.user)
+                inserted.set()
+                time.sleep(1.0)  # ours checks meanwhile, sees nothing, and waits on the insert
+        finally:
+            connection.close()
+
+    def ours():
+        inserted.wait(10)
+        try:
+            register_model(team=membership.team, user=membership.user, name="ours", path=path, kind="student")
+            outcome["ours"] = "registered"
+        except Refused as exc:
+            outcome["ours"] = (exc.status, str(exc))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=the_other_registration), threading.Thread(target=ours)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcome["ours"] == (409, f"path: {path!r} is already registered as 'theirs'")
+    assert list(RegisteredModel.objects.values_list("name", flat=True)) == ["theirs"]
