@@ -44,51 +44,51 @@ def test_chart_controls_overlay_smooth_log_and_zoom(member, asgi_server, page):
     expect(page.locator("#live-status")).to_have_text("")  # the job has ended: not live
 
     page.check("#log-y")
-    page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.yaxis.type === 'log'")
+    page.wait_for_function("() => document.querySelector('#charts .chart')._fullLayout.yaxis.type === 'log'")
     page.uncheck("#log-y")
-    page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.yaxis.type === 'linear'")
+    page.wait_for_function("() => document.querySelector('#charts .chart')._fullLayout.yaxis.type === 'linear'")
 
     page.select_option("#smoothing", "ema:0.9")
-    page.wait_for_function("document.querySelector('#charts .chart').data.length === 8")
+    page.wait_for_function("() => document.querySelector('#charts .chart').data.length === 8")
     state = chart_state(page)
     assert "mismatch/rollout_k3 (ema:0.9)" in state["names"]
     assert page.eval_on_selector("#charts .chart", "d => d.data[2].opacity") == 0.3  # raw shown faint
     # Reference k3 at steps 0, 1, ... is 1, 2, ..., 7, 1, 2, 3: EMA 0.9 gives 1, 0.9 * 1 + 0.1 * 2 = 1.1, ...
     assert page.eval_on_selector("#charts .chart", "d => d.data[3].y.slice(0, 2)") == [1, 1.1]
     page.select_option("#smoothing", "mean:10")  # ... and the mean of the first ten is 34 / 10
-    page.wait_for_function("document.querySelector('#charts .chart').data[3].name.endsWith('(mean:10)')")
+    page.wait_for_function("() => document.querySelector('#charts .chart').data[3].name.endsWith('(mean:10)')")
     assert page.eval_on_selector("#charts .chart", "d => d.data[3].y[9]") == 3.4
     page.select_option("#smoothing", "none")
-    page.wait_for_function("document.querySelector('#charts .chart').data.length === 6")
+    page.wait_for_function("() => document.querySelector('#charts .chart').data.length === 6")
 
     # Zoom: the visible window is read again (steps 100..120 at full resolution).
     page.eval_on_selector("#charts .chart", "d => Plotly.relayout(d, {'xaxis.range': [100, 120]})")
     expect(page.locator("#charts .chart")).to_have_attribute("data-window", "100-120")
-    page.wait_for_function("document.querySelector('#charts .chart').data[2].x.length === 21")
+    page.wait_for_function("() => document.querySelector('#charts .chart').data[2].x.length === 21")
     assert page.eval_on_selector("#charts .chart", "d => d.data[2].x[0]") == 100
     page.eval_on_selector("#charts .chart", "d => Plotly.relayout(d, {'xaxis.autorange': true})")
-    page.wait_for_function("document.querySelector('#charts .chart').data[2].x.length === 500")
+    page.wait_for_function("() => document.querySelector('#charts .chart').data[2].x.length === 500")
 
     # x axis: time since the first point (the points were logged one second apart) ...
     page.select_option("#x-axis", "relative")
-    page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.xaxis.title.text"
+    page.wait_for_function("() => document.querySelector('#charts .chart')._fullLayout.xaxis.title.text"
                            ".startsWith('time since')")
     assert page.eval_on_selector("#charts .chart", "d => [d.data[2].x[0], d.data[2].x[499]]") == [0, 499]
     page.eval_on_selector("#charts .chart", "d => Plotly.relayout(d, {'xaxis.range': [100, 120]})")
     expect(page.locator("#charts .chart")).to_have_attribute("data-window", "100-120")
     # ... and wall time, zoomed by the local-time strings a drag gives: steps 200..230.
     page.select_option("#x-axis", "time")
-    page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.xaxis.type === 'date'")
-    page.wait_for_function("document.querySelector('#charts .chart').data[2].x.length === 500")
+    page.wait_for_function("() => document.querySelector('#charts .chart')._fullLayout.xaxis.type === 'date'")
+    page.wait_for_function("() => document.querySelector('#charts .chart').data[2].x.length === 500")
     page.eval_on_selector("#charts .chart", """d => {
         const p = n => String(n).padStart(2, "0");
         const local = s => { const t = new Date((1.7e9 + s) * 1000);
           return `${t.getFullYear()}-${p(t.getMonth() + 1)}-${p(t.getDate())} ${p(t.getHours())}:${p(t.getMinutes())}:${p(t.getSeconds())}`; };
         return Plotly.relayout(d, {'xaxis.range': [local(200), local(230)]}); }""")  # noqa: E501
     expect(page.locator("#charts .chart")).to_have_attribute("data-window", "200-230")
-    page.wait_for_function("document.querySelector('#charts .chart').data[2].x.length === 31")
+    page.wait_for_function("() => document.querySelector('#charts .chart').data[2].x.length === 31")
     page.select_option("#x-axis", "step")
-    page.wait_for_function("document.querySelector('#charts .chart').data[2].x[499] === 499")
+    page.wait_for_function("() => document.querySelector('#charts .chart').data[2].x[499] === 499")
 
     page.click("#glossary summary")
     expect(page.locator("#glossary")).to_contain_text("Effective sample size")
@@ -165,7 +165,7 @@ def test_compare_from_the_list(member, asgi_server, page):
     # Each shared key overlaid: one line per job.
     expect(page.locator(".compare-chart")).to_have_count(3)
     chart = ".compare-chart[data-key='mismatch/rollout_k3']"
-    page.wait_for_function(f"(d => d.data && d.data.length === 2)(document.querySelector(\"{chart}\"))")
+    page.wait_for_function(f"() => (d => d.data && d.data.length === 2)(document.querySelector(\"{chart}\"))")
     assert page.eval_on_selector(chart, "d => d.data.map(t => t.name)") == [f"#{b.pk}", f"#{a.pk}"]
     assert page.eval_on_selector(chart, "d => d.data[0].y[0] / d.data[1].y[0]") == 2.0
     # The shareable URL with only the differences.
@@ -183,7 +183,7 @@ def test_the_list_follows_running_jobs_and_the_page_says_live(member, asgi_serve
     row = page.locator(f"tr[data-job-id='{running.pk}']")
     assert row.locator("progress").evaluate("p => p.value") == 0.2
     Job.objects.filter(pk=running.pk).update(progress=0.7)
-    page.wait_for_function(f"document.querySelector(\"tr[data-job-id='{running.pk}'] progress\").value === 0.7",
+    page.wait_for_function(f"() => document.querySelector(\"tr[data-job-id='{running.pk}'] progress\").value === 0.7",
                            timeout=10_000)
     Job.objects.filter(pk=running.pk).update(state=JobState.SUCCEEDED, progress=1.0)
     expect(row.locator(".state")).to_have_text("succeeded", timeout=10_000)
@@ -219,13 +219,13 @@ def test_a_live_chart_follows_new_points_until_zoomed_and_again_after_a_reset(me
         log_in(page, base, user)
         page.goto(f"{base}/jobs/{job.pk}/")
         expect(page.locator("#live-status")).to_have_text("live")
-        page.wait_for_function("document.querySelector('#charts .chart') && "
+        page.wait_for_function("() => document.querySelector('#charts .chart') && "
                                "document.querySelector('#charts .chart').data[2].x.length === 20")
         for first in range(20, 420, 40):  # steps 20 .. 419
             add(first, first + 40)
-        page.wait_for_function("(() => { const x = document.querySelector('#charts .chart').data[2].x; "
+        page.wait_for_function("() => (() => { const x = document.querySelector('#charts .chart').data[2].x; "
                                "return x[x.length - 1] === 419; })()", timeout=15_000)
-        page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.xaxis.range[1] >= 419",
+        page.wait_for_function("() => document.querySelector('#charts .chart')._fullLayout.xaxis.range[1] >= 419",
                                timeout=5_000)
         assert x_range()[0] <= 0
 
@@ -236,10 +236,10 @@ def test_a_live_chart_follows_new_points_until_zoomed_and_again_after_a_reset(me
         assert x_range() == [5, 10]
 
         page.eval_on_selector("#charts .chart", "d => Plotly.relayout(d, {'xaxis.autorange': true})")
-        page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.xaxis.range[1] >= 479",
+        page.wait_for_function("() => document.querySelector('#charts .chart')._fullLayout.xaxis.range[1] >= 479",
                                timeout=10_000)
         add(480, 520)
-        page.wait_for_function("document.querySelector('#charts .chart')._fullLayout.xaxis.range[1] >= 519",
+        page.wait_for_function("() => document.querySelector('#charts .chart')._fullLayout.xaxis.range[1] >= 519",
                                timeout=10_000)
     finally:
         sink.close()
