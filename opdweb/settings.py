@@ -161,6 +161,7 @@ WEBHOOK_RETRY_SECONDS = env.float("WEBHOOK_RETRY_SECONDS", default=10.0)
 # these two let an operator allow plain http, or name host:port receivers that are not public.
 WEBHOOK_ALLOW_HTTP = env.bool("WEBHOOK_ALLOW_HTTP", default=False)
 WEBHOOK_ALLOWED_HOSTS = env.list("WEBHOOK_ALLOWED_HOSTS", default=[])
+WEBHOOK_CA_FILE = env.str("WEBHOOK_CA_FILE", default="")  # CAs for receivers' TLS (default: the system's)
 
 # Channel layer: live increments only; the database is the source of truth, so a
 # dropped message costs nothing a reconnect cannot recover.  Capacity bounds memory per

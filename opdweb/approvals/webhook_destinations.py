@@ -6,7 +6,8 @@ checked.  Refused: loopback, private, shared (CGNAT), link-local (cloud metadata
 169.254.169.254), multicast, reserved and unspecified addresses, IPv4-mapped or not, and
 plain http unless ``WEBHOOK_ALLOW_HTTP``.  ``WEBHOOK_ALLOWED_HOSTS`` lists ``host:port``
 receivers an operator allows although they are not public (a receiver on the same host,
-the tests' loopback server): an explicit setting, not a hole in the rule.  Redirects are
+the tests' loopback server): an explicit setting, not a hole in the rule.  TLS is verified
+against the system's CAs, or ``WEBHOOK_CA_FILE`` where an operator's receivers use a private CA.  Redirects are
 never followed (a 3xx is a failed delivery) and a response is read up to
 ``MAX_RESPONSE_BYTES``.
 """
@@ -90,7 +91,8 @@ def post(destination: Destination, body: bytes, headers: dict, timeout: float) -
     raw = socket.create_connection((destination.address, destination.port), timeout=timeout)
     try:
         if destination.scheme == "https":
-            raw = ssl.create_default_context().wrap_socket(raw, server_hostname=destination.host)
+            context = ssl.create_default_context(cafile=settings.WEBHOOK_CA_FILE or None)
+            raw = context.wrap_socket(raw, server_hostname=destination.host)
             connection: http.client.HTTPConnection = http.client.HTTPSConnection(
                 destination.host, destination.port, timeout=timeout)
         else:

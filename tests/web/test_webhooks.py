@@ -295,3 +295,45 @@ def test_a_destination_that_turned_private_since_it_was_saved_is_not_posted_to(r
     delivery.refresh_from_db()
     assert delivery.state == DeliveryState.DROPPED and "loopback" in delivery.last_error
     assert hook.received == []
+
+
+@pytest.fixture
+def tls_receiver(tmp_path, settings):
+    """An https receiver on loopback with a certificate for ``localhost`` made here (openssl)."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True)
+    hook = Receiver()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    hook.server.socket = context.wrap_socket(hook.server.socket, server_side=True)
+    hook.url = f"https://localhost:{hook.server.server_port}/hook"
+    settings.WEBHOOK_ALLOWED_HOSTS = [allowed_host(hook.url)]
+    yield hook, cert
+    hook.close()
+
+
+@pytest.mark.django_db
+def test_an_https_delivery_verifies_the_receivers_certificate(tls_receiver, settings):
+    """Over TLS to the checked address, verified against the host name: a certificate no CA
+    vouches for gets nothing; with the operator's CA file the same delivery is made."""
+    hook, cert = tls_receiver
+    team = TeamFactory()
+    TeamWebhook.objects.create(team=team, url=hook.url, secret=SECRET)
+    settings.WEBHOOK_CA_FILE = ""
+    delivery = queue_event(team, "approval.requested", {"x": 1})
+    assert attempt_delivery(delivery.pk) is False
+    delivery.refresh_from_db()
+    assert "CERTIFICATE_VERIFY_FAILED" in delivery.last_error and hook.received == []
+    settings.WEBHOOK_CA_FILE = str(cert)
+    assert attempt_delivery(delivery.pk) is True
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.last_status) == (DeliveryState.DELIVERED, 200)
+    assert hook.received[0]["headers"]["X-Opdweb-Signature"] == expected_signature(hook.received[0]["body"])
