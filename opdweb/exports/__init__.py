@@ -60,8 +60,7 @@ def target_refusals(config: RolloutConfig, facts: CheckpointFacts | None = None,
     (``facts`` None: on any checkpoint); only trainers with a refusal appear."""
     out = {}
     for slug in config.targets:
-        module = TRAINERS[slug]
-        problems = module.refusals(config, facts, method) if slug == "verl" else module.refusals(config, facts)
+        problems = TRAINERS[slug].refusals(config, facts, method)
         if problems:
             out[slug] = problems
     return out

@@ -13,8 +13,7 @@ from opdweb.exports.quoting import comment
 from workers.science.config import RolloutConfig
 from workers.science.vllm_args import NotExpressible
 
-__all__ = ["NotExpressible", "Provenance", "block_fp8_refusals", "comment_block", "nearest_engine", "refuse_if",
-           "screening_only"]
+__all__ = ["NotExpressible", "Provenance", "block_fp8_refusals", "comment_block", "nearest_engine", "refuse_if"]
 
 
 @dataclass(frozen=True)
@@ -45,14 +44,9 @@ def refuse_if(target: str, problems: list[str]) -> None:
         raise NotExpressible(target, problems)
 
 
-def screening_only(config: RolloutConfig) -> list[str]:
-    """What no trainer deploys: a screening perturbation."""
-    return ["noise_sigma is a screening perturbation no engine runs"] if config.noise_sigma > 0 else []
-
-
 def block_fp8_refusals(config: RolloutConfig, trainer: str) -> list[str]:
     """Where ``trainer``'s FP8 rollouts (128x128 block FP8 E4M3 weights, dynamic FP8
-    activations: W8A8) are not ``config``'s quantization, and per-layer exceptions with them."""
+    activations: W8A8) are not ``config``'s quantization."""
     if config.weights == "bf16":
         return []
     problems = []

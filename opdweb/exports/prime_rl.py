@@ -28,7 +28,7 @@ BUILDS = {
 }
 
 
-def refusals(config: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
+def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None = None) -> list[str]:
     """Where prime-rl would run another rollout engine or loss than ``config``'s."""
     problems = vllm_refusals(config, facts)
     if config.sampling.top_p < 1.0:

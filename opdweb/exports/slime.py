@@ -13,12 +13,11 @@ from opdweb.exports.base import (
     comment_block,
     nearest_engine,
     refuse_if,
-    screening_only,
 )
 from opdweb.exports.quoting import shell_word
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
-from workers.science.vllm_args import kv_cache_refusals
+from workers.science.vllm_args import kv_cache_refusals, screening_refusals
 
 MANIFEST = json.loads((Path(__file__).parent / "manifests" / "slime.json").read_text())
 TARGET = f"slime {MANIFEST['commit'][:12]} (SGLang {MANIFEST['sglang'].split()[0]})"
@@ -37,9 +36,9 @@ BUILDS = {
 }
 
 
-def refusals(config: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
+def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None = None) -> list[str]:
     """Where slime would run another rollout engine or correction than ``config``'s."""
-    problems = screening_only(config) + block_fp8_refusals(config, "slime's FP8 checkpoint converter")
+    problems = screening_refusals(config) + block_fp8_refusals(config, "slime's FP8 checkpoint converter")
     if config.keep_bf16:
         problems.append("keep_bf16: slime has no flag to keep layers or KV caches in BF16")
     problems += kv_cache_refusals(config, facts, "SGLang")

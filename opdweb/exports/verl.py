@@ -18,12 +18,11 @@ from opdweb.exports.base import (
     comment_block,
     nearest_engine,
     refuse_if,
-    screening_only,
 )
 from opdweb.exports.quoting import hydra_value
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import DTYPE_LIBRARY_NAMES, RolloutConfig
-from workers.science.vllm_args import kv_cache_refusals
+from workers.science.vllm_args import kv_cache_refusals, screening_refusals
 
 VERL_VERSION = "0.9.1"
 TARGET = f"verl {VERL_VERSION}"
@@ -49,9 +48,9 @@ def _sampled_opd(method: str | None) -> bool:
     return bool(method) and method.startswith("opd:sampled")
 
 
-def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None) -> list[str]:
+def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None = None) -> list[str]:
     """Where verl would run another rollout engine or correction than ``config``'s."""
-    problems = screening_only(config) + block_fp8_refusals(config, "verl's rollout.quantization=fp8")
+    problems = screening_refusals(config) + block_fp8_refusals(config, "verl's rollout.quantization=fp8")
     if config.keep_bf16 and config.weights != "bf16":
         problems.append("keep_bf16: verl's vLLM FP8 path keeps only MoE router gates in BF16; per-layer "
                         "exceptions cannot be expressed")

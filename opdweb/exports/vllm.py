@@ -26,7 +26,7 @@ BUILDS = {
 }
 
 
-def refusals(config: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
+def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None = None) -> list[str]:
     """Where vLLM would build another engine than ``config``'s."""
     return vllm_refusals(config, facts)
 

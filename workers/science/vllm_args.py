@@ -77,12 +77,15 @@ def kept_in_bf16(cfg: RolloutConfig, n_layers: int) -> tuple[KeptInBf16, list[st
     return KeptInBf16(ignore, skip), problems
 
 
+def screening_refusals(cfg: RolloutConfig) -> list[str]:
+    """What no trainer's engine deploys: a screening perturbation."""
+    return ["noise_sigma is a screening perturbation no engine runs"] if cfg.noise_sigma > 0 else []
+
+
 def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
     """Every way vLLM :data:`VLLM_VERSION` would build another engine than ``cfg`` on this
     checkpoint (``facts`` None: on any checkpoint, the checks that need one left out)."""
-    problems = []
-    if cfg.noise_sigma > 0:
-        problems.append("noise_sigma is a screening perturbation no engine runs")
+    problems = screening_refusals(cfg)
     if cfg.weights in ("fp8_e5m2", "int8", "int4"):
         problems.append(f"weights {cfg.weights}: vLLM quantizes online to FP8 E4M3 only; serve a checkpoint "
                         f"quantized to {cfg.weights} and admit that checkpoint")
@@ -144,4 +147,4 @@ def vllm_sampling_params(sampling: SamplingConfig) -> dict:
 
 
 __all__ = ["LLAMA_FUSED", "LOGPROBS_MODE", "VLLM_VERSION", "KeptInBf16", "NotExpressible", "kept_in_bf16",
-           "kv_cache_refusals", "vllm_engine_args", "vllm_refusals", "vllm_sampling_params"]
+           "kv_cache_refusals", "screening_refusals", "vllm_engine_args", "vllm_refusals", "vllm_sampling_params"]
