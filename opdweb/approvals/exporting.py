@@ -71,21 +71,6 @@ def checked_export(approval, fmt: ExportFormat) -> tuple[str, bool]:
     return text, problems is not None
 
 
-def approved_hashes(approval) -> dict[str, str]:
-    """Per format the approval exports, the sha256 of its file (recorded at the decision)."""
-    try:
-        facts = facts_of(approval)
-    except Refused:
-        return {}
-    hashes = {}
-    for fmt in FORMATS.values():
-        try:
-            hashes[fmt.slug] = sha256_of(export_text(approval, fmt, facts))
-        except Refused:
-            continue
-    return hashes
-
-
 def export_statuses(approval) -> list[dict]:
     """Per format: the exact file and its sha256, or every reason it is refused."""
     try:
@@ -103,3 +88,8 @@ def export_statuses(approval) -> list[dict]:
         statuses.append({"format": fmt, "refused": None, "text": text, "sha256": sha256_of(text),
                          "approved": (approval.export_hashes or {}).get(fmt.slug)})
     return statuses
+
+
+def approved_hashes(approval) -> dict[str, str]:
+    """Per format the approval exports, the sha256 of its file (recorded at the decision)."""
+    return {status["format"].slug: status["sha256"] for status in export_statuses(approval) if status["sha256"]}

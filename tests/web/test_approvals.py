@@ -39,6 +39,14 @@ class World:
         assert response.status_code == 302, response.content
         return ApprovalRequest.objects.order_by("-pk").first()
 
+    def approved(self, name: str, data: dict) -> ApprovalRequest:
+        """A new config of ``data``, checked (a pass) on the checkpoint, requested and approved."""
+        self.record, _ = do_create_config(team=self.team, user=self.member, name=name, data=data)
+        admission_job(self.team, self.checkpoint, data, self.budget)
+        approval = self.request()
+        self.decide(approval)
+        return approval
+
     def decide(self, approval, decision="approve", user=None, comment="looks fine"):
         return self.client(user or self.approver).post(f"/approvals/{approval.pk}/decide/",
                                                        {"decision": decision, "comment": comment})
@@ -266,11 +274,7 @@ def test_the_approvals_list_filters_by_state(world):
 def test_an_export_the_trainer_would_build_differently_is_a_409_naming_each_difference(world):
     """FP8 weight-only with calibrated KV scales: vLLM and prime-rl run W8A8 and scale 1.0,
     verl and slime block W8A8: every trainer export is refused, and says why; YAML is not."""
-    weight_only = {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"}
-    world.record, _ = do_create_config(team=world.team, user=world.member, name="weight-only", data=weight_only)
-    admission_job(world.team, world.checkpoint, weight_only, world.budget)
-    approval = world.request()
-    world.decide(approval)
+    approval = world.approved("weight-only", {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"})
     client = world.client(world.member)
     response = client.post(f"/approvals/{approval.pk}/export/vllm/")
     text = response.content.decode()
@@ -348,11 +352,7 @@ def test_the_approval_records_each_exports_hash_and_the_page_shows_the_bytes(wor
 def test_admit_for_this_trainer_is_one_click_from_a_refused_export(world):
     """A weight-only FP8 config refused by verl: the approval page links to the config form
     filled with the engine verl builds; saved, it is a new config naming verl, derived from the first."""
-    weight_only = {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"}
-    world.record, _ = do_create_config(team=world.team, user=world.member, name="weight-only", data=weight_only)
-    admission_job(world.team, world.checkpoint, weight_only, world.budget)
-    approval = world.request()
-    world.decide(approval)
+    approval = world.approved("weight-only", {"weights": "fp8_e4m3", "kv_cache": "fp8_e4m3"})
     client = world.client(world.member)
     link = f"/configs/{world.record.pk}/for/verl/"
     assert f'href="{link}"' in client.get(f"/approvals/{approval.pk}/").content.decode()
