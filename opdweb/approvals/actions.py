@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from opdweb.approvals import webhooks
 from opdweb.approvals.currency import current_checkpoint_hash
-from opdweb.approvals.exporting import approved_hashes
+from opdweb.approvals.exporting import approved_hashes, deployment_facts
 from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from opdweb.refusals import Refused
 from opdweb.rollouts.evidence import budget_of, latest_admission_check, verdict_of
@@ -15,7 +15,6 @@ from opdweb.rollouts.models import RolloutConfigRecord
 from opdweb.rollouts.submission import check_targets
 from opdweb.sandbox import OutsideSandbox, confine_model
 from opdweb.teams import audit
-from workers.science.checkpoint_facts import read_checkpoint_facts
 
 
 def _event_payload(approval: ApprovalRequest) -> dict:
@@ -39,8 +38,10 @@ def check_checkpoint(value: str) -> str:
 
 def do_request_approval(*, record: RolloutConfigRecord, user, checkpoint: str, comment: str = "") -> ApprovalRequest:
     checkpoint = check_checkpoint(checkpoint)
-    # The trainers the config names must build it on this checkpoint (its layers, its KV scales).
-    check_targets(record.config, read_checkpoint_facts(checkpoint), status=409)
+    # The trainers the config names must build it on this checkpoint (its layers, its KV scales,
+    # or the scale file of the admission check an approval would rest on).
+    facts = deployment_facts(checkpoint, record.config, latest_admission_check(record, checkpoint))
+    check_targets(record.config, facts, status=409)
     try:
         with transaction.atomic():
             approval = ApprovalRequest.objects.create(team=record.team, config=record, checkpoint=checkpoint,

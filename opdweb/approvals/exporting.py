@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import replace
 
 from opdweb.exports import FORMATS, TRAINERS, ExportFormat, NotExpressible, Provenance
 from opdweb.exports import render as render_export
@@ -16,6 +17,9 @@ from opdweb.refusals import Refused
 from opdweb.rollouts.evidence import verdict_of
 from opdweb.sandbox import OutsideSandbox, confine_model
 from workers.science.checkpoint_facts import CheckpointFacts, read_checkpoint_facts
+from workers.science.config import RolloutConfig
+from workers.science.kv_scale_artifact import KvScaleArtifact, NoScales, build_artifact
+from workers.science.vllm_args import uses_scale_file
 
 logger = logging.getLogger(__name__)
 
@@ -24,30 +28,66 @@ def sha256_of(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def provenance_of(approval) -> Provenance:
-    """What an export of a decided ``approval`` vouches for."""
+KV_SCALES = "kv-scales"  # the scale file's key in export_hashes
+
+
+def kv_scale_file(config: dict, admission_job) -> KvScaleArtifact | None:
+    """An admission check's calibrated FP8 KV scales as the file an engine loads beside the
+    checkpoint, where ``config`` (canonical) ran calibrated scales and the check recorded them."""
+    rollout = RolloutConfig.model_validate(config)
+    if rollout.kv_cache == "none" or rollout.kv_scales != "calibrated" or admission_job is None:
+        return None
+    result = admission_job.result or {}
+    try:
+        return build_artifact(result.get("engine"), result.get("checkpoint_hash"))
+    except NoScales:
+        return None
+
+
+def kv_scale_artifact(approval) -> KvScaleArtifact | None:
+    """The KV-scale file of an approval's admission check (see :func:`kv_scale_file`)."""
+    return kv_scale_file(approval.config.config, approval.admission_job)
+
+
+def deployment_facts(checkpoint: str, config: dict, admission_job) -> CheckpointFacts:
+    """What the exports of ``config`` on ``checkpoint`` (resolved in the model roots) may rely
+    on: the checkpoint's facts, and whether the admission check's KV scales ship with them."""
+    return replace(read_checkpoint_facts(checkpoint),
+                   shipped_kv_scales=kv_scale_file(config, admission_job) is not None)
+
+
+def provenance_of(approval, facts: CheckpointFacts | None = None) -> Provenance:
+    """What an export of a decided ``approval`` vouches for (with the hash of the KV-scale
+    file where the approved engine runs on it)."""
     record, job = approval.config, approval.admission_job
+    facts = facts or facts_of(approval)
+    artifact = kv_scale_artifact(approval) if facts.shipped_kv_scales else None
+    uses_file = artifact is not None and uses_scale_file(RolloutConfig.model_validate(record.config), facts)
     return Provenance(
         config_hash=record.config_hash, config_name=record.name, checkpoint=approval.checkpoint,
         approval_id=approval.pk, approved_by=approval.decided_by.username if approval.decided_by else "?",
         approved_at=approval.decided_at.isoformat(timespec="seconds"), admission_job_id=job.pk,
         verdict=verdict_of(job) or "?", multiple=(job.result or {}).get("multiple"),
         method=approval.budget.method if approval.budget else None,
+        kv_scales_sha256=artifact.sha256 if uses_file else None,
     )
 
 
 def facts_of(approval) -> CheckpointFacts:
-    """The approved checkpoint's facts, read inside the model roots only."""
+    """The approved checkpoint's facts, read inside the model roots only, and whether the
+    admission check's KV scales can ship with its exports."""
     try:
-        return read_checkpoint_facts(confine_model(approval.checkpoint))
+        checkpoint = confine_model(approval.checkpoint)
     except OutsideSandbox as exc:
         raise Refused(f"the approved checkpoint cannot be read: {exc}", status=409) from None
+    return deployment_facts(checkpoint, approval.config.config, approval.admission_job)
 
 
 def export_text(approval, fmt: ExportFormat, facts: CheckpointFacts | None = None) -> str:
     """The file ``fmt`` of ``approval``; a 409 naming every reason where it is refused."""
+    facts = facts or facts_of(approval)
     try:
-        return render_export(fmt, approval.config.config, provenance_of(approval), facts or facts_of(approval))
+        return render_export(fmt, approval.config.config, provenance_of(approval, facts), facts)
     except NotExpressible as exc:
         raise Refused(f"this approval cannot be exported for {exc.target}: " + "; ".join(exc.reasons),
                       status=409, details=[{"field": fmt.slug, "message": r} for r in exc.reasons]) from None
@@ -91,5 +131,27 @@ def export_statuses(approval) -> list[dict]:
 
 
 def approved_hashes(approval) -> dict[str, str]:
-    """Per format the approval exports, the sha256 of its file (recorded at the decision)."""
-    return {status["format"].slug: status["sha256"] for status in export_statuses(approval) if status["sha256"]}
+    """Per format the approval exports, the sha256 of its file, and of the KV-scale file an
+    export references (recorded at the decision)."""
+    hashes = {status["format"].slug: status["sha256"] for status in export_statuses(approval) if status["sha256"]}
+    try:
+        scales = provenance_of(approval).kv_scales_sha256
+    except Refused:
+        scales = None
+    if scales:
+        hashes[KV_SCALES] = scales
+    return hashes
+
+
+def checked_kv_scales(approval) -> KvScaleArtifact:
+    """The KV-scale file an export of ``approval`` references: 404 where none does, 409 where
+    it is not the file approved."""
+    artifact = kv_scale_artifact(approval)
+    if artifact is None or provenance_of(approval).kv_scales_sha256 != artifact.sha256:
+        raise Refused("no export of this approval ships a KV-scale file: the approved config runs no calibrated "
+                      "FP8 KV scales from a file (see the exports' reasons)", status=404)
+    approved = (approval.export_hashes or {}).get(KV_SCALES)
+    if approval.export_hashes and approved != artifact.sha256:
+        raise Refused(f"this KV-scale file is not the one approved in #{approval.pk}; request a new approval",
+                      status=409)
+    return artifact

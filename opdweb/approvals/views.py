@@ -11,7 +11,14 @@ from django.views.decorators.http import require_POST
 from opdweb.approvals.access import visible_approval
 from opdweb.approvals.actions import do_decide, do_request_approval
 from opdweb.approvals.currency import lapse_reason
-from opdweb.approvals.exporting import checked_export, export_statuses, sha256_of
+from opdweb.approvals.exporting import (
+    checked_export,
+    checked_kv_scales,
+    export_statuses,
+    kv_scale_artifact,
+    provenance_of,
+    sha256_of,
+)
 from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from opdweb.exports import FORMATS
 from opdweb.pages import answers_refusals
@@ -60,7 +67,18 @@ def approval_detail(request, approval_id: int):
         "can_decide": can_decide,
         "lapse": lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None,
         "exports": export_statuses(approval) if approval.state == ApprovalState.APPROVED else [],
+        "kv_scales": shipped_kv_scales(approval) if approval.state == ApprovalState.APPROVED else None,
     })
+
+
+def shipped_kv_scales(approval) -> dict | None:
+    """The KV-scale file the approval's exports reference, for the page (None: none does)."""
+    try:
+        sha256 = provenance_of(approval).kv_scales_sha256
+    except Refused:
+        return None
+    artifact = kv_scale_artifact(approval) if sha256 else None
+    return {"artifact": artifact, "approved": (approval.export_hashes or {}).get("kv-scales")} if artifact else None
 
 
 @login_required
@@ -99,4 +117,24 @@ def approval_export(request, approval_id: int, fmt: str):
     response["X-Opdweb-Target"] = export.target
     response["X-Opdweb-Checked"] = export.verified_against if checked else "not checked at export time"
     response["X-Opdweb-Sha256"] = sha256_of(text)
+    return response
+
+
+@login_required
+@require_POST
+@answers_refusals
+def approval_kv_scales(request, approval_id: int):
+    """The KV-scale file an approval's vLLM export references (safetensors, content-hashed);
+    a POST, audited, like the exports."""
+    approval = visible_approval(request.user, approval_id)
+    reason = lapse_reason(approval)
+    if reason is not None:
+        raise Refused(f"only a currently approved config can be exported: {reason}", status=409)
+    artifact = checked_kv_scales(approval)
+    record = approval.config
+    audit.record(approval.team, request.user, audit.CONFIG_EXPORTED, f"exported {record.name}'s KV scales",
+                 subject="approval", subject_id=approval.pk, config=record.pk, format="kv-scales")
+    response = HttpResponse(artifact.data, content_type="application/octet-stream")
+    response["Content-Disposition"] = f'attachment; filename="{artifact.file_name}"'
+    response["X-Opdweb-Sha256"] = artifact.sha256
     return response

@@ -7,7 +7,7 @@ is not the engine the config was admitted on: a team never approves one engine w
 cluster builds another."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from opdweb.exports.quoting import comment
 from workers.science.config import RolloutConfig
@@ -30,12 +30,23 @@ class Provenance:
     verdict: str
     multiple: float | None
     method: str | None = None  # the budget's training method (``opd:full``, ``opd:sampled+tis``, ``grpo``)
+    #: sha256 of the KV-scale file the export ships (the admission check's calibrated scales), if any
+    kv_scales_sha256: str | None = None
+
+    def fields(self) -> dict:
+        """The provenance as a mapping for JSON / YAML exports; ``kv_scales_sha256`` only where
+        a scale file ships, so the files approved before it existed keep their bytes."""
+        out = asdict(self)
+        if out["kv_scales_sha256"] is None:
+            del out["kv_scales_sha256"]
+        return out
 
     def line(self) -> str:
         measured = f"{self.multiple:g}x BF16, " if self.multiple is not None else ""
+        scales = f"; KV scales file sha256 {self.kv_scales_sha256}" if self.kv_scales_sha256 else ""
         return (f"opdweb rollout config {self.config_hash} ({self.config_name}) for {self.checkpoint}; "
                 f"approval #{self.approval_id} by {self.approved_by} at {self.approved_at}; "
-                f"admission check #{self.admission_job_id}: {measured}{self.verdict}")
+                f"admission check #{self.admission_job_id}: {measured}{self.verdict}{scales}")
 
 
 def refuse_if(target: str, problems: list[str]) -> None:

@@ -1,8 +1,6 @@
 """The canonical config itself as YAML, for any other tool."""
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import yaml
 
 from opdweb.exports.base import Provenance
@@ -12,5 +10,5 @@ from workers.science.config import RolloutConfig
 
 def plain_yaml(config: RolloutConfig, provenance: Provenance, facts: CheckpointFacts) -> str:
     """The canonical config itself, with its provenance."""
-    document = {"opdweb": asdict(provenance), "rollout": config.model_dump(mode="json")}
+    document = {"opdweb": provenance.fields(), "rollout": config.model_dump(mode="json")}
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)

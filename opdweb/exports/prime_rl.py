@@ -5,6 +5,7 @@ the product's own vLLM mapping)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from opdweb.exports.base import Provenance, comment_block, nearest_engine, refuse_if
@@ -20,7 +21,7 @@ TARGET = f"prime-rl {MANIFEST['version']} (upstream {MANIFEST['commit'][:12]})"
 BUILDS = {
     "weights": "as vLLM: `[inference.vllm]` takes the vLLM engine arguments",
     "activations": "as vLLM",
-    "kv_cache": "as vLLM",
+    "kv_cache": "as vLLM, but no scale file ships with it: scales from the checkpoint, else 1.0",
     "keep_bf16": "as vLLM (`[inference.vllm.quantization_config] ignore`)",
     "staleness": "`orchestrator.max_off_policy_steps` (an upper bound); never 0: always at least one step off-policy",
     "correction": "none of TIS / IcePop / masking: its loss masks tokens by probability difference (DPPO, 0.2)",
@@ -30,7 +31,8 @@ BUILDS = {
 
 def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None = None) -> list[str]:
     """Where prime-rl would run another rollout engine or loss than ``config``'s."""
-    problems = vllm_refusals(config, facts)
+    # the calibrated-KV scale file is the vLLM engine export's; this export does not ship it
+    problems = vllm_refusals(config, replace(facts, shipped_kv_scales=False) if facts else None)
     if config.sampling.top_p < 1.0:
         problems.append("top_p < 1: prime-rl samples training rollouts with top_p 1")
     if config.sampling.temperature > 2.0:
@@ -68,7 +70,7 @@ def prime_rl_toml(config: RolloutConfig, provenance: Provenance, facts: Checkpoi
     """The rollout part of a prime-rl config file; refused (NotExpressible) where prime-rl
     would build another engine."""
     refuse_if(TARGET, refusals(config, facts))
-    engine = vllm_engine_args(config, provenance.checkpoint, facts)
+    engine = vllm_engine_args(config, provenance.checkpoint, replace(facts, shipped_kv_scales=False))
     engine.pop("model")  # [model] name fills inference.vllm.model (prime-rl requires them equal)
     table = engine.pop("quantization_config", None)
     notes = ["prime-rl's default loss masks tokens whose trainer-minus-inference probability leaves "

@@ -4,12 +4,18 @@ built by the same mapping as the product's own ``vllm`` engine
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
 from opdweb.exports.base import Provenance, nearest_engine
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
-from workers.science.vllm_args import VLLM_VERSION, vllm_engine_args, vllm_refusals, vllm_sampling_params
+from workers.science.kv_scale_artifact import FILE_NAME, index_entries
+from workers.science.vllm_args import (
+    VLLM_VERSION,
+    uses_scale_file,
+    vllm_engine_args,
+    vllm_refusals,
+    vllm_sampling_params,
+)
 
 TARGET = f"vLLM {VLLM_VERSION}"
 
@@ -17,7 +23,8 @@ TARGET = f"vLLM {VLLM_VERSION}"
 BUILDS = {
     "weights": "FP8 E4M3 online: `fp8_per_tensor` (per-tensor weight scales) or `fp8_per_channel`; never weight-only",
     "activations": "always FP8 with FP8 weights: dynamic, per token (per tensor where CUTLASS FP8 does not run)",
-    "kv_cache": "`kv_cache_dtype` fp8_e4m3 / fp8_e5m2; scales from the checkpoint's k_scale / v_scale, else 1.0",
+    "kv_cache": "`kv_cache_dtype` fp8_e4m3 / fp8_e5m2; scales from the checkpoint's k_scale / v_scale, or with BF16 "
+                "weights from the calibrated-scale file the export ships, else 1.0",
     "keep_bf16": "`quantization_config.ignore`, exact fused names (qkv_proj, gate_up_proj); "
                  "KV by `kv_cache_dtype_skip_layers`",
     "staleness": "not an engine argument (the trainer's)",
@@ -49,11 +56,24 @@ def notes(config: RolloutConfig) -> list[str]:
     return out
 
 
+def scale_file(provenance: Provenance, facts: CheckpointFacts) -> dict:
+    """Where the KV-scale file goes, and what vLLM needs to load it."""
+    place = {"name": FILE_NAME, "sha256": provenance.kv_scales_sha256,
+             "place": f"beside the checkpoint's weights, as {provenance.checkpoint.rstrip('/')}/{FILE_NAME}; "
+                      "engine_args.hf_overrides declares the KV scheme that makes vLLM load it"}
+    if facts.weight_index and facts.n_layers:
+        place["index_entries"] = index_entries(facts.n_layers)
+        place["place"] += "; add index_entries to the weight_map of model.safetensors.index.json"
+    return place
+
+
 def vllm_engine_args_export(config: RolloutConfig, provenance: Provenance, facts: CheckpointFacts) -> str:
-    """JSON: ``LLM(**engine_args)`` and ``SamplingParams(**sampling_params)``."""
-    document = {
-        "opdweb": {**asdict(provenance), "target": TARGET, "notes": notes(config)},
-        "engine_args": vllm_engine_args(config, provenance.checkpoint, facts),
-        "sampling_params": vllm_sampling_params(config.sampling),
-    }
+    """JSON: ``LLM(**engine_args)`` and ``SamplingParams(**sampling_params)``, and the KV-scale
+    file to place beside the checkpoint where the admitted scales ship with the config."""
+    engine_args = vllm_engine_args(config, provenance.checkpoint, facts)
+    header: dict = {**provenance.fields(), "target": TARGET, "notes": notes(config)}
+    if uses_scale_file(config, facts):
+        header["kv_scales_file"] = scale_file(provenance, facts)
+    document = {"opdweb": header, "engine_args": engine_args,
+                "sampling_params": vllm_sampling_params(config.sampling)}
     return json.dumps(document, indent=2) + "\n"

@@ -1,6 +1,7 @@
 """Finding 2: FP8 KV results must not depend on the batch they are measured in."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -100,3 +101,56 @@ def test_scales_in_the_checkpoint_are_read(student_copy):
     ks, vs = eng.kv_amax.scales(0, "fp8_e4m3", "tensor")
     assert float(ks) == pytest.approx(0.01) and float(vs) == pytest.approx(0.02)
     assert json.dumps(eng.info()["kv_scales"])
+
+
+def test_the_scale_file_carries_exactly_the_scales_the_check_ran(student_copy):
+    """The admission check's per-layer scales (the maximum over KV heads of the calibrated
+    amax, over 448) written as the deployable file and read back as the checkpoint's own
+    scales give the same engine."""
+    from workers.science.kv_scale_artifact import FILE_NAME, build_artifact, read_artifact
+
+    calibrated = HFEngine(student_copy, FP8_KV, "cpu")
+    info = calibrated.info()["kv_scales"]
+    assert info["source"] == "calibrated"
+    amax = calibrated.kv_amax
+    by_hand = {"k": [max(row) / 448.0 for row in amax.keys], "v": [max(row) / 448.0 for row in amax.values]}
+    assert info["per_layer"]["format"] == "fp8_e4m3"
+    for kv in ("k", "v"):
+        assert info["per_layer"][kv] == pytest.approx(by_hand[kv], rel=1e-6)
+        assert all(s != 1.0 for s in info["per_layer"][kv])
+    artifact = build_artifact(calibrated.info(), "c0ffee")
+    assert artifact == build_artifact(calibrated.info(), "c0ffee")  # the same scales, the same bytes and hash
+    assert read_artifact(artifact.data) == {"k": info["per_layer"]["k"], "v": info["per_layer"]["v"]}  # float32-exact
+
+    (Path(student_copy) / FILE_NAME).write_bytes(artifact.data)
+    _MEMO.clear()
+    shutil.rmtree(Path(student_copy) / STORE_DIR_BESIDE_CHECKPOINT)  # only the file can supply them now
+    from_file = HFEngine(student_copy, FP8_KV, "cpu")
+    assert from_file.kv_amax.source == "checkpoint"
+    for kv in ("k", "v"):
+        assert from_file.info()["kv_scales"]["per_layer"][kv] == pytest.approx(info["per_layer"][kv], rel=1e-6)
+    prompts = [encode(f"{a}+{b}=") for a in range(4) for b in range(4)]
+    assert torch.allclose(per_token_logprobs(from_file, prompts, 16), per_token_logprobs(calibrated, prompts, 16),
+                          atol=1e-5)
+
+
+def test_the_scale_file_is_a_safetensors_file_to_the_safetensors_library(tmp_path):
+    """Written by hand (the web process has no numpy): safetensors itself and torch read it."""
+    from safetensors import safe_open
+
+    from workers.science.kv_scale_artifact import build_artifact, read_artifact
+
+    per_layer = {"format": "fp8_e4m3", "k": [0.1, 0.3], "v": [0.2, 7.0]}
+    info = {"kv_scales": {"source": "calibrated", "per_layer": per_layer}}
+    artifact = build_artifact(info, "c0ffee")
+    path = tmp_path / artifact.file_name
+    path.write_bytes(artifact.data)
+    with safe_open(str(path), "pt") as f:
+        got = {name: f.get_tensor(name) for name in f.keys()}
+        assert json.loads(f.metadata()["opdweb"]) == {"checkpoint_hash": "c0ffee", "format": "fp8_e4m3",
+                                                      "source": "calibrated"}
+    assert all(t.dtype == torch.float32 and t.shape == () for t in got.values())
+    assert float(got["model.layers.1.self_attn.k_scale"]) == float(torch.tensor(0.3))
+    assert float(got["model.layers.1.self_attn.v_scale"]) == 7.0
+    assert read_artifact(artifact.data) == {"k": [float(torch.tensor(0.1)), float(torch.tensor(0.3))],
+                                            "v": [float(torch.tensor(0.2)), 7.0]}

@@ -98,3 +98,42 @@ def test_an_engine_started_from_the_export_samples_as_the_products_vllm_engine(s
         assert ids == ours.tokens[i, : len(ids)].tolist() and int(ours.mask[i].sum()) == len(ids)
         logprobs = [entry[tok].logprob for tok, entry in zip(ids, out.outputs[0].logprobs, strict=True)]
         assert logprobs == pytest.approx(ours.logprobs[i, : len(ids)].tolist(), abs=1e-6)
+
+
+def test_vllm_loads_the_admission_checks_kv_scales_from_the_exported_file(student, tmp_path, monkeypatch):
+    """The calibrated FP8 KV scales an admission check ran with, exported as the scale file
+    and placed beside a copy of the checkpoint: the pinned vLLM, started from the export's
+    arguments, holds exactly those scales in every attention layer (not 1.0)."""
+    import shutil
+    from dataclasses import replace
+
+    from vllm import LLM
+
+    from workers.science.engines.hf import HFEngine
+    from workers.science.kv_scale_artifact import build_artifact
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # apply_model reads the model in this process
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    checkpoint = tmp_path / "student"
+    shutil.copytree(student, checkpoint, ignore=shutil.ignore_patterns("opdweb_kv_scales"))
+    cfg = RolloutConfig(engine="vllm", kv_cache="fp8_e4m3")  # kv_scales calibrated
+    checked = HFEngine(str(checkpoint), RolloutConfig(kv_cache="fp8_e4m3"), "cpu", cache_dir=str(tmp_path / "cache"))
+    artifact = build_artifact(checked.info())
+    (checkpoint / artifact.file_name).write_bytes(artifact.data)
+    facts = replace(read_checkpoint_facts(checkpoint), shipped_kv_scales=True)
+    assert not facts.has_kv_scales  # the checkpoint itself declares none: only the file supplies them
+    prov = replace(provenance(str(checkpoint)), kv_scales_sha256=artifact.sha256)
+    doc = json.loads(render(FORMATS["vllm"], cfg.model_dump(mode="json"), prov, facts))
+    assert doc["opdweb"]["kv_scales_file"]["sha256"] == artifact.sha256
+
+    llm = LLM(**doc["engine_args"], enforce_eager=True, max_model_len=64)
+    try:
+        (loaded,) = llm.apply_model(lambda model: {name: float(buf) for name, buf in model.named_buffers()
+                                                   if name.endswith(("attn._k_scale", "attn._v_scale"))})
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+    admitted = checked.info()["kv_scales"]["per_layer"]
+    layers = len(admitted["k"])
+    assert loaded == {**{f"model.layers.{i}.self_attn.attn._k_scale": admitted["k"][i] for i in range(layers)},
+                      **{f"model.layers.{i}.self_attn.attn._v_scale": admitted["v"][i] for i in range(layers)}}
+    assert all(value != 1.0 for value in loaded.values())

@@ -44,11 +44,12 @@ def recalibrate(budget):
     return newer
 
 
-def admission_job(team, checkpoint: str, rollout: dict, budget, verdict: str = "pass", multiple: float = 3.2):
+def admission_job(team, checkpoint: str, rollout: dict, budget, verdict: str = "pass", multiple: float = 3.2,
+                  **result):
     """A succeeded admission job as the product stores one: the budget's spec in the config
-    (the submitted id resolved) and in the result."""
+    (the submitted id resolved) and in the result (``result``: more of it, e.g. ``engine``)."""
     return JobFactory(team=team, kind="admission", state="succeeded",
                       config={"model": checkpoint, "rollout": rollout, "budget": budget.spec()},
                       result=admission_result(verdict, multiple, budget=budget.spec(), rollout=rollout,
                                               model=checkpoint,
-                                              checkpoint_hash=checkpoint_digest(checkpoint)))
+                                              checkpoint_hash=checkpoint_digest(checkpoint), **result))

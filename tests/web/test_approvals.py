@@ -39,10 +39,11 @@ class World:
         assert response.status_code == 302, response.content
         return ApprovalRequest.objects.order_by("-pk").first()
 
-    def approved(self, name: str, data: dict) -> ApprovalRequest:
-        """A new config of ``data``, checked (a pass) on the checkpoint, requested and approved."""
+    def approved(self, name: str, data: dict, **result) -> ApprovalRequest:
+        """A new config of ``data``, checked (a pass, ``result`` in its result) on the
+        checkpoint, requested and approved."""
         self.record, _ = do_create_config(team=self.team, user=self.member, name=name, data=data)
-        admission_job(self.team, self.checkpoint, data, self.budget)
+        admission_job(self.team, self.checkpoint, data, self.budget, **result)
         approval = self.request()
         self.decide(approval)
         return approval
@@ -297,8 +298,7 @@ def test_an_export_the_trainer_would_build_differently_is_a_409_naming_each_diff
 def test_an_approval_request_is_refused_where_a_named_trainer_cannot_build_the_config_on_that_checkpoint(world):
     """Saved without a checkpoint, the config passes; on this checkpoint (no KV scales, no
     module names in its config.json) vLLM would run scale 1.0 and cannot place keep_bf16."""
-    data = {"weights": "fp8_e4m3", "activations": "fp8_e4m3", "kv_cache": "fp8_e4m3", "keep_bf16": [0],
-            "targets": ["vllm"]}
+    data = {"kv_cache": "fp8_e4m3", "keep_bf16": [0], "targets": ["vllm"]}
     world.record, _ = do_create_config(team=world.team, user=world.member, name="for vllm", data=data)
     response = world.client(world.member).post(f"/configs/{world.record.pk}/request-approval/",
                                                {"checkpoint": world.checkpoint})
@@ -369,3 +369,58 @@ def test_admit_for_this_trainer_is_one_click_from_a_refused_export(world):
     made = RolloutConfigRecord.objects.get(name="weight-only for verl")
     assert made.derived_from == world.record and made.config["targets"] == ["verl"]
     assert client.get(f"/configs/{world.record.pk}/for/megatron/").status_code == 404
+
+
+# what an HF admission check records of calibrated FP8 KV scales: one key / value scale per layer
+CALIBRATED = {"kv_scales": {"source": "calibrated", "path": None,
+                            "per_layer": {"format": "fp8_e4m3", "k": [0.03125, 0.5], "v": [0.25, 0.0625]}}}
+
+
+def test_calibrated_kv_scales_ship_as_a_content_hashed_file_the_vllm_export_references(world):
+    """BF16 weights with a calibrated FP8 KV cache, for vLLM: the approval is granted on a
+    checkpoint that ships no scales, because the admission check's scales travel as a file;
+    the file's bytes are the check's scales, its hash is recorded and named by the export."""
+    import hashlib
+    import json
+
+    from safetensors.numpy import load
+
+    data = {"kv_cache": "fp8_e4m3", "targets": ["vllm"]}
+    approval = world.approved("calibrated kv", data, engine=CALIBRATED)
+    approval.refresh_from_db()
+    assert approval.state == ApprovalState.APPROVED
+    client = world.client(world.member)
+    scales = client.post(f"/approvals/{approval.pk}/kv-scales/")
+    assert scales.status_code == 200 and scales["Content-Disposition"].endswith('"opdweb-kv-scales.safetensors"')
+    sha = hashlib.sha256(scales.content).hexdigest()
+    assert scales["X-Opdweb-Sha256"] == sha == approval.export_hashes["kv-scales"]
+    tensors = load(scales.content)
+    assert {name: float(t) for name, t in tensors.items()} == {
+        "model.layers.0.self_attn.k_scale": 0.03125, "model.layers.1.self_attn.k_scale": 0.5,
+        "model.layers.0.self_attn.v_scale": 0.25, "model.layers.1.self_attn.v_scale": 0.0625}
+
+    export = json.loads(client.post(f"/approvals/{approval.pk}/export/vllm/").content)
+    assert export["opdweb"]["kv_scales_sha256"] == sha and export["opdweb"]["kv_scales_file"]["sha256"] == sha
+    assert export["engine_args"]["hf_overrides"]["quantization_config"]["kv_cache_scheme"]["strategy"] == "tensor"
+    page = client.get(f"/approvals/{approval.pk}/").content.decode()
+    assert f'<code class="sha256">{sha}</code>, as approved' in page
+    yaml_export = client.post(f"/approvals/{approval.pk}/export/yaml/").content.decode()
+    assert f"kv_scales_sha256: {sha}" in yaml_export  # every export's provenance names it
+    assert AuditEntry.objects.filter(action="config.exported", detail__format="kv-scales").count() == 1
+    assert client.get(f"/approvals/{approval.pk}/kv-scales/").status_code == 405
+
+
+def test_no_scale_file_where_none_applies_and_a_check_without_scales_cannot_ship_calibrated_kv(world):
+    unit = world.approved("unit kv", {"kv_cache": "fp8_e4m3", "kv_scales": "unit"}, engine=CALIBRATED)
+    client = world.client(world.member)
+    response = client.post(f"/approvals/{unit.pk}/kv-scales/")
+    assert response.status_code == 404
+    assert "no export of this approval ships a KV-scale file" in response.content.decode()
+    assert "kv-scales" not in (unit.export_hashes or {}) and 'id="kv-scales"' not in \
+        client.get(f"/approvals/{unit.pk}/").content.decode()
+    # a check that recorded no per-layer scales: vLLM would run scale 1.0, so a config naming vLLM is refused
+    world.record, _ = do_create_config(team=world.team, user=world.member, name="old check",
+                                       data={"kv_cache": "fp8_e4m3", "targets": ["vllm"]})
+    admission_job(world.team, world.checkpoint, {"kv_cache": "fp8_e4m3", "targets": ["vllm"]}, world.budget)
+    response = client.post(f"/configs/{world.record.pk}/request-approval/", {"checkpoint": world.checkpoint})
+    assert response.status_code == 409 and "would run scale 1.0" in response.content.decode()

@@ -72,7 +72,8 @@ def test_vllm_refuses_what_it_would_build_differently():
     (fused,) = refusal("vllm", {**W8A8, "keep_bf16": ["model.layers.1.self_attn.q_proj"]})
     assert "keeps q_proj of layer 1" in fused and "into qkv_proj" in fused
     (scales,) = refusal("vllm", {"kv_cache": "fp8_e4m3"})
-    assert scales.startswith("kv_scales calibrated: vLLM reads k_scale / v_scale from the checkpoint")
+    assert scales.startswith("kv_scales calibrated: this checkpoint ships no k_scale / v_scale vLLM loads and no "
+                             "file of the admission check's calibrated scales goes with it")
     reasons = refusal("vllm", {"weights": "int4", "noise_sigma": 0.1, "kv_cache": "fp8_e4m3", "kv_scale": "head",
                                "kv_scales": "unit"})
     assert [r.split(":")[0].split(" ")[0] for r in reasons] == ["noise_sigma", "weights", "kv_scale"]
@@ -82,6 +83,68 @@ def test_vllm_takes_calibrated_kv_scales_from_a_checkpoint_that_ships_them():
     with_scales = CheckpointFacts("LlamaForCausalLM", 2, has_kv_scales=True)
     doc = json.loads(export("vllm", {"kv_cache": "fp8_e4m3"}, facts=with_scales))
     assert doc["engine_args"]["kv_cache_dtype"] == "fp8_e4m3"
+    assert "hf_overrides" not in doc["engine_args"] and "kv_scales_file" not in doc["opdweb"]
+    assert "kv_scales_sha256" not in doc["opdweb"]  # the files approved before scale files existed keep their bytes
+
+
+SCALES_SHA = "5c" * 32
+
+
+def test_vllm_runs_calibrated_kv_scales_of_bf16_weights_from_the_shipped_scale_file():
+    shipped = CheckpointFacts("LlamaForCausalLM", 2, has_kv_scales=False, shipped_kv_scales=True)
+    provenance = Provenance(**{**PROVENANCE.__dict__, "kv_scales_sha256": SCALES_SHA})
+    doc = json.loads(export("vllm", {"kv_cache": "fp8_e4m3"}, facts=shipped, provenance=provenance))
+    # compressed-tensors with a KV scheme alone: attention gets a KV-cache method, every linear stays BF16
+    assert doc["engine_args"]["hf_overrides"] == {"quantization_config": {
+        "quant_method": "compressed-tensors", "config_groups": {},
+        "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}}
+    assert "quantization" not in doc["engine_args"]
+    assert doc["opdweb"]["kv_scales_sha256"] == SCALES_SHA
+    assert doc["opdweb"]["kv_scales_file"]["name"] == "opdweb-kv-scales.safetensors"
+    shipped_file = doc["opdweb"]["kv_scales_file"]
+    assert shipped_file["sha256"] == SCALES_SHA and "index_entries" not in shipped_file
+    sharded = CheckpointFacts("LlamaForCausalLM", 2, False, shipped_kv_scales=True, weight_index=True)
+    entries = json.loads(export("vllm", {"kv_cache": "fp8_e4m3"}, facts=sharded, provenance=provenance))
+    assert entries["opdweb"]["kv_scales_file"]["index_entries"] == {
+        f"model.layers.{i}.self_attn.{kv}_scale": "opdweb-kv-scales.safetensors" for i in (0, 1) for kv in "kv"}
+    # the trainers' exports do not ship the file: scale 1.0 there, so refused
+    for fmt in ("prime-rl", "verl", "slime"):
+        partial = {"kv_cache": "fp8_e4m3", "staleness": 1} if fmt == "prime-rl" else {"kv_cache": "fp8_e4m3"}
+        assert any(r.startswith("kv_scales calibrated") and "scale 1.0" in r
+                   for r in refusal(fmt, partial, facts=shipped, provenance=provenance)), fmt
+
+
+def test_vllm_refuses_calibrated_kv_scales_where_it_would_run_scale_one():
+    shipped = CheckpointFacts("LlamaForCausalLM", 2, has_kv_scales=True, shipped_kv_scales=True)
+    # online FP8 weights: no KV-cache method, so no scale is loaded from anywhere
+    (online,) = refusal("vllm", {**W8A8, "kv_cache": "fp8_e4m3"}, facts=shipped)
+    assert online.startswith("kv_scales calibrated with FP8 weights: vLLM's online FP8 gives attention no KV-cache "
+                             "method")
+    (e5m2,) = refusal("vllm", {"kv_cache": "fp8_e5m2"}, facts=CheckpointFacts("LlamaForCausalLM", 2, False, True))
+    assert e5m2.startswith("kv_scales calibrated with kv_cache fp8_e5m2: vLLM loads static KV scales for fp8_e4m3 only")
+    assert refusal("vllm", {**W8A8, "kv_cache": "fp8_e4m3", "kv_scales": "unit", "kv_scale": "head"},
+                   facts=shipped) == ["kv_scale head: vLLM's FP8 KV cache has one scale per layer"]
+
+
+def test_checkpoint_kv_scales_count_only_where_its_quantization_config_declares_a_kv_scheme(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from workers.science.checkpoint_facts import read_checkpoint_facts
+
+    config = {"architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 1}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    save_file({"model.layers.0.self_attn.k_scale": np.array(0.5, dtype=np.float32),
+               "model.layers.0.self_attn.v_scale": np.array(0.5, dtype=np.float32)}, str(tmp_path / "s.safetensors"))
+    assert read_checkpoint_facts(tmp_path).has_kv_scales is False  # vLLM would not load them
+    for quant, declared in [({"quant_method": "compressed-tensors", "kv_cache_scheme": None}, False),
+                            ({"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8}}, True),
+                            ({"quant_method": "fp8"}, True), ({"quant_method": "gptq"}, False)]:
+        (tmp_path / "config.json").write_text(json.dumps({**config, "quantization_config": quant}))
+        assert read_checkpoint_facts(tmp_path).has_kv_scales is declared, quant
+    assert read_checkpoint_facts(tmp_path).weight_index is False
+    (tmp_path / "model.safetensors.index.json").write_text("{}")
+    assert read_checkpoint_facts(tmp_path).weight_index is True
 
 
 def test_per_layer_exceptions_need_the_checkpoints_module_names():

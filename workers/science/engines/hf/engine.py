@@ -61,8 +61,20 @@ class HFEngine:
             "kept_bf16": sorted(p.kept),
             "kv_fp8_layers": [i for i, f in enumerate(p.kv_formats) if f],
             "layers": len(p.kv_formats),
-            "kv_scales": self.kv_amax.info() if self.kv_amax is not None and any(p.kv_formats) else None,
+            "kv_scales": self.kv_scales_info(),
         }
+
+    def kv_scales_info(self) -> dict | None:
+        """Where the static KV scales came from and, for one scale per layer, the scales
+        themselves (what :mod:`workers.science.kv_scale_artifact` deploys with the config)."""
+        p = self.prepared
+        assert p is not None, "the engine is closed"
+        if self.kv_amax is None or not any(p.kv_formats):
+            return None
+        info = self.kv_amax.info()
+        if self.cfg.kv_scale == "tensor":
+            info["per_layer"] = self.kv_amax.per_layer(self.cfg.kv_cache)
+        return info
 
     @torch.no_grad()
     def sample(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig, seed: int, offset: int = 0,

@@ -66,6 +66,12 @@ class KvAmax:
     def info(self) -> dict:
         return {"source": self.source, "path": self.path, **self.meta}
 
+    def per_layer(self, fmt: str) -> dict:
+        """One key and one value scale per layer (the maximum over KV heads), exactly as the
+        ``kv_scale: tensor`` cache applies them: what an engine loads as ``k_scale`` / ``v_scale``."""
+        pairs = [self.scales(i, fmt, "tensor") for i in range(len(self.keys))]
+        return {"format": fmt, "k": [float(k.item()) for k, _ in pairs], "v": [float(v.item()) for _, v in pairs]}
+
     def to_json(self) -> dict:
         return {"keys": self.keys, "values": self.values, "meta": self.meta}
 
