@@ -70,11 +70,12 @@ def block_fp8_refusals(config: RolloutConfig, trainer: str) -> list[str]:
     return problems
 
 
-def nearest_engine(config: RolloutConfig, target: str, *, fp8: str, keep_bf16: bool, **changes) -> dict:
+def nearest_engine(config: RolloutConfig, target: str, *, fp8: str, keeps_layers: bool, **changes) -> dict:
     """``config`` changed into the nearest engine ``target`` builds (the "admit for this
     trainer" starting point): FP8 weights as ``fp8`` ("tensor" W8A8 keeping per-channel
     scales, or "block" 128x128 W8A8), FP8 KV at scale 1.0 per tensor, no screening noise,
-    ``keep_bf16`` kept only where the trainer can express it, ``target`` named; then ``changes``."""
+    ``keep_bf16`` kept only where the trainer can express it (``keeps_layers``), ``target`` named;
+    then ``changes``."""
     data = config.model_dump(mode="json")
     if data["weights"] != "bf16":
         data["weights"], data["activations"] = "fp8_e4m3", "fp8_e4m3"
@@ -84,7 +85,7 @@ def nearest_engine(config: RolloutConfig, target: str, *, fp8: str, keep_bf16: b
             data["weight_scale"] = "tensor"
     if data["kv_cache"] != "none":
         data["kv_scale"], data["kv_scales"] = "tensor", "unit"
-    if not keep_bf16:
+    if not keeps_layers:
         data["keep_bf16"] = []
     data["noise_sigma"] = 0.0
     data["targets"] = sorted({*data["targets"], target})

@@ -50,7 +50,7 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
 def nearest(config: RolloutConfig) -> dict:
     """The nearest engine prime-rl runs: vLLM's, at least one step stale, top_p 1, no correction."""
     sampling = {"top_p": 1.0, "temperature": min(config.sampling.temperature, 2.0)}
-    return nearest_engine(config, "prime-rl", fp8="tensor", keep_bf16=True, staleness=max(config.staleness, 1),
+    return nearest_engine(config, "prime-rl", fp8="tensor", keeps_layers=True, staleness=max(config.staleness, 1),
                           sampling=sampling, correction={"kind": "none"})
 
 

@@ -28,7 +28,7 @@ BUILDS = {
     "weights": "a 128x128 block FP8 checkpoint made by `tools/convert_hf_to_fp8.py`",
     "activations": "always FP8 with FP8 weights: dynamic, per token and group of 128",
     "kv_cache": "`--sglang-kv-cache-dtype fp8_e4m3`; scales from the checkpoint, else 1.0",
-    "keep_bf16": "cannot be expressed",
+    "keep_bf16": "cannot be expressed (the converter's unquantized modules and the weight sync's names are fixed)",
     "staleness": "`train_async.py --update-weights-interval k` (about k); 0: `train.py`",
     "correction": "TIS `--use-tis --tis-clip C`; IcePop `--custom-tis-function-path ...icepop_function`; "
                   "ratio-bound masking cannot be expressed (OPSM is a KL threshold)",
@@ -40,7 +40,9 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
     """Where slime would run another rollout engine or correction than ``config``'s."""
     problems = screening_refusals(config) + block_fp8_refusals(config, "slime's FP8 checkpoint converter")
     if config.keep_bf16:
-        problems.append("keep_bf16: slime has no flag to keep layers or KV caches in BF16")
+        problems.append("keep_bf16: slime cannot keep modules in BF16: tools/convert_hf_to_fp8.py has no skip list "
+                        "(the modules it leaves unquantized are hard-coded) and its weight sync quantizes a fixed set "
+                        "of Megatron names, and SGLang has no per-layer KV-cache exception")
     problems += kv_cache_refusals(config, facts, "SGLang")
     if config.sampling.temperature <= 0:
         problems.append("temperature 0: slime's --rollout-temperature must be > 0")
@@ -58,7 +60,7 @@ def nearest(config: RolloutConfig) -> dict:
         changes["sampling"] = {"temperature": 1.0}
     if config.correction.kind == "mask":
         changes["correction"] = {"kind": "none"}
-    return nearest_engine(config, "slime", fp8="block", keep_bf16=False, **changes)
+    return nearest_engine(config, "slime", fp8="block", keeps_layers=False, **changes)
 
 
 def slime_flags(config: RolloutConfig, provenance: Provenance, facts: CheckpointFacts) -> str:

@@ -3,8 +3,12 @@ written against the config tree of the ``verl`` wheel at :data:`VERL_VERSION` an
 by composing them on that tree (:mod:`.verification`).
 
 What verl builds, read from that version's source: ``rollout.quantization=fp8`` is online
-block FP8 (128x128 weight blocks, dynamic activation scales: W8A8) on its vLLM path, with
-only MoE router gates left BF16, so per-layer exceptions cannot be expressed; an FP8 KV cache
+block FP8 (128x128 weight blocks, dynamic activation scales: W8A8); on its vLLM path only MoE
+router gates stay BF16, so a config with per-layer exceptions runs on its SGLang path, where
+``SGLANG_FP8_IGNORED_LAYERS`` (``verl/utils/sglang/sglang_fp8_utils.py``, read by the server
+and by the weight sync alike, set through Ray's runtime env) lists the checkpoint modules
+kept BF16 (SGLang fuses q/k/v and gate/up and refuses a fused module kept in part, and has no
+per-layer KV-cache exception); an FP8 KV cache
 gets scale 1.0 after each weight sync unless the checkpoint ships scales; staleness needs
 an asynchronous ``trainer.v1.trainer_mode`` for ``max_off_policy_threshold`` to act; token
 TIS / IcePop are ``algorithm.rollout_correction.rollout_is`` with a threshold ``C`` or
@@ -22,12 +26,13 @@ from opdweb.exports.base import (
 from opdweb.exports.quoting import hydra_value
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import DTYPE_LIBRARY_NAMES, RolloutConfig
-from workers.science.vllm_args import kv_cache_refusals, screening_refusals
+from workers.science.vllm_args import kept_in_bf16, kv_cache_refusals, module_name_refusals, screening_refusals
 
 VERL_VERSION = "0.9.1"
 TARGET = f"verl {VERL_VERSION}"
 ROLLOUT = "actor_rollout_ref.rollout"
 CORRECTION = "algorithm.rollout_correction"
+IGNORED_LAYERS = "ray_kwargs.ray_init.runtime_env.env_vars.SGLANG_FP8_IGNORED_LAYERS"
 
 #: What verl builds from each part of a rollout config (the README's table of targets).
 BUILDS = {
@@ -35,7 +40,9 @@ BUILDS = {
     "activations": "always FP8 with FP8 weights: dynamic, per token and group of 128",
     "kv_cache": "`+rollout.engine_kwargs.vllm.kv_cache_dtype`; scale 1.0 after each sync unless the checkpoint "
                 "ships scales",
-    "keep_bf16": "cannot be expressed on its vLLM path (only MoE router gates stay BF16)",
+    "keep_bf16": "on its SGLang rollout (`rollout.name=sglang`): `SGLANG_FP8_IGNORED_LAYERS` in Ray's runtime env, "
+                 "checkpoint module names, fused q/k/v and gate/up whole; no per-layer KV exception; "
+                 "cannot be expressed on its vLLM path",
     "staleness": "`trainer.v1.trainer_mode=separate_async` + `trainer.v1.sampler.max_off_policy_threshold` (an upper "
                  "bound); 0: `sync`",
     "correction": "`algorithm.rollout_correction`: TIS `rollout_is=token` + threshold C, IcePop threshold "
@@ -48,13 +55,36 @@ def _sampled_opd(method: str | None) -> bool:
     return bool(method) and method.startswith("opd:sampled")
 
 
+def on_sglang(config: RolloutConfig) -> bool:
+    """Whether verl rolls ``config`` out on SGLang: FP8 weights with per-layer exceptions."""
+    return bool(config.keep_bf16) and config.weights != "bf16"
+
+
+def sglang_refusals(config: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
+    """Where verl's SGLang rollout cannot keep ``config.keep_bf16`` as admitted."""
+    problems = []
+    if config.sampling.temperature != 1.0:
+        problems.append(f"keep_bf16 takes verl's SGLang rollout, and at temperature {config.sampling.temperature:g} "
+                        "its logprobs are not checked here to be the processed (after temperature) ones the admission "
+                        "check measured; admit at temperature 1")
+    names = module_name_refusals(config, facts)
+    if names or facts is None or not facts.n_layers:
+        return problems + names
+    kept, fused = kept_in_bf16(config, facts.n_layers, "SGLang")
+    problems += fused
+    if kept.kv_skip_layers:
+        problems.append(f"keep_bf16 keeps the KV cache of layers {', '.join(kept.kv_skip_layers)} in BF16: SGLang "
+                        "has no per-layer KV-cache exception; keep modules only (e.g. model.layers.0.mlp.*)")
+    return problems
+
+
 def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None = None) -> list[str]:
     """Where verl would run another rollout engine or correction than ``config``'s."""
     problems = screening_refusals(config) + block_fp8_refusals(config, "verl's rollout.quantization=fp8")
-    if config.keep_bf16 and config.weights != "bf16":
-        problems.append("keep_bf16: verl's vLLM FP8 path keeps only MoE router gates in BF16; per-layer "
-                        "exceptions cannot be expressed")
-    problems += kv_cache_refusals(config, facts, "verl's vLLM (after each weight sync)")
+    if on_sglang(config):
+        problems += sglang_refusals(config, facts)
+    engine = "verl's SGLang" if on_sglang(config) else "verl's vLLM (after each weight sync)"
+    problems += kv_cache_refusals(config, facts, engine)
     if config.kv_cache != "none" and config.keep_bf16 and config.weights == "bf16":
         problems.append("keep_bf16 with an FP8 KV cache: not written for verl yet; admit without keep_bf16")
     if config.correction.kind != "none" and method and method.startswith("opd") and not _sampled_opd(method):
@@ -65,8 +95,16 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
 
 
 def nearest(config: RolloutConfig) -> dict:
-    """The nearest engine verl builds: block W8A8 FP8, no per-layer exceptions, KV scales 1.0."""
-    return nearest_engine(config, "verl", fp8="block", keep_bf16=False)
+    """The nearest engine verl builds: block W8A8 FP8, KV scales 1.0, per-layer exceptions
+    (on SGLang) at temperature 1."""
+    changes: dict = {}
+    if on_sglang(config):
+        changes["sampling"] = {"temperature": 1.0}
+        if config.kv_cache != "none":  # a whole layer kept: its modules only, SGLang quantizes every KV cache
+            changes["keep_bf16"] = [item for entry in config.keep_bf16 for item in (
+                [f"model.layers.{entry}.self_attn.*_proj", f"model.layers.{entry}.mlp.*"] if isinstance(entry, int)
+                else [entry])]
+    return nearest_engine(config, "verl", fp8="block", keeps_layers=True, **changes)
 
 
 def _correction(config: RolloutConfig) -> list[str]:
@@ -86,9 +124,10 @@ def verl_overrides(config: RolloutConfig, provenance: Provenance, facts: Checkpo
     refuse_if(TARGET, refusals(config, facts, provenance.method))
     sampling = config.sampling
     notes = ["verl seeds each rollout replica with rollout.seed + its rank"]
+    engine = "sglang" if on_sglang(config) else "vllm"
     lines = [
         f"actor_rollout_ref.model.path={hydra_value(provenance.checkpoint)}",
-        f"{ROLLOUT}.name=vllm",
+        f"{ROLLOUT}.name={engine}",
         f"{ROLLOUT}.dtype={DTYPE_LIBRARY_NAMES[config.dtype]}",
         f"{ROLLOUT}.seed={config.seed}",
         f"{ROLLOUT}.logprobs_mode=processed_logprobs",
@@ -96,8 +135,13 @@ def verl_overrides(config: RolloutConfig, provenance: Provenance, facts: Checkpo
     ]
     if config.weights == "fp8_e4m3":
         lines.append(f"{ROLLOUT}.quantization=fp8")
+    if on_sglang(config):
+        kept = kept_in_bf16(config, facts.n_layers or 0, "SGLang")[0]
+        lines.append(f"+{IGNORED_LAYERS}={hydra_value(','.join(kept.unfused))}")
+        notes.append(f"keep_bf16 runs on verl's SGLang rollout: {IGNORED_LAYERS.rsplit('.', 1)[1]} reaches the "
+                     "SGLang server and the weight sync through Ray's runtime env")
     if config.kv_cache != "none":
-        lines.append(f"+{ROLLOUT}.engine_kwargs.vllm.kv_cache_dtype={config.kv_cache}")
+        lines.append(f"+{ROLLOUT}.engine_kwargs.{engine}.kv_cache_dtype={config.kv_cache}")
     lines += [
         f"{ROLLOUT}.temperature={sampling.temperature!r}",
         f"{ROLLOUT}.top_p={sampling.top_p!r}",

@@ -40,7 +40,7 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
 
 def nearest(config: RolloutConfig) -> dict:
     """The nearest engine vLLM builds: online FP8 is W8A8, KV scales 1.0 on a checkpoint without them."""
-    return nearest_engine(config, "vllm", fp8="tensor", keep_bf16=True)
+    return nearest_engine(config, "vllm", fp8="tensor", keeps_layers=True)
 
 
 def notes(config: RolloutConfig) -> list[str]:

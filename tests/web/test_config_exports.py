@@ -235,11 +235,32 @@ def test_verl_writes_icepop_and_sequence_masking_in_its_own_terms_and_no_correct
 def test_verl_refuses_the_per_tensor_fp8_engine_and_per_layer_exceptions_it_cannot_build():
     (engine,) = refusal("verl", W8A8)
     assert "verl's rollout.quantization=fp8 builds 128x128 block FP8 E4M3 weights" in engine
-    reasons = refusal("verl", {**BLOCK_W8A8, "keep_bf16": [0], "kv_cache": "fp8_e4m3"})
-    assert [r.split(":")[0] for r in reasons] == ["keep_bf16", "kv_scales calibrated"]
+    reasons = refusal("verl", {**BLOCK_W8A8, "keep_bf16": [0], "kv_cache": "fp8_e4m3",
+                               "sampling": {"temperature": 0.7}})
+    assert reasons[0].startswith("keep_bf16 takes verl's SGLang rollout, and at temperature 0.7")
+    assert reasons[1] == ("keep_bf16 keeps the KV cache of layers 0 in BF16: SGLang has no per-layer KV-cache "
+                          "exception; keep modules only (e.g. model.layers.0.mlp.*)")
+    assert reasons[2].startswith("kv_scales calibrated") and len(reasons) == 3
+    (fused,) = refusal("verl", {**BLOCK_W8A8, "keep_bf16": ["model.layers.1.mlp.up_proj"]})
+    assert fused == ("keep_bf16 keeps up_proj of layer 1 in BF16, but SGLang fuses gate_proj/up_proj into "
+                     "gate_up_proj, which is quantized whole or not at all")
     full = Provenance(**{**PROVENANCE.__dict__, "method": "opd:full"})
     (loss,) = refusal("verl", {"correction": {"kind": "tis"}}, provenance=full)
     assert "only as a policy gradient (use_policy_gradient)" in loss
+
+
+def test_verl_keeps_modules_in_bf16_on_its_sglang_rollout_by_their_checkpoint_names():
+    text = export("verl", {**BLOCK_W8A8, "kv_cache": "fp8_e4m3", "kv_scales": "unit",
+                           "keep_bf16": ["model.layers.0.self_attn.*_proj", "model.layers.1.mlp.down_proj"]})
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert "actor_rollout_ref.rollout.name=sglang" in lines and "actor_rollout_ref.rollout.quantization=fp8" in lines
+    # q/k/v as SGLang checks them (each shard of qkv_proj), o_proj, and layer 1's down_proj; nothing else
+    assert ("+ray_kwargs.ray_init.runtime_env.env_vars.SGLANG_FP8_IGNORED_LAYERS='model.layers.0.self_attn.q_proj,"
+            "model.layers.0.self_attn.k_proj,model.layers.0.self_attn.v_proj,model.layers.0.self_attn.o_proj,"
+            "model.layers.1.mlp.down_proj'") in lines
+    assert "+actor_rollout_ref.rollout.engine_kwargs.sglang.kv_cache_dtype=fp8_e4m3" in lines
+    assert not any("engine_kwargs.vllm" in line for line in lines)
+    assert "name=vllm" in export("verl", {**BLOCK_W8A8, "kv_cache": "fp8_e4m3", "kv_scales": "unit"})
 
 
 # plain YAML and the hash

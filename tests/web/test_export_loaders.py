@@ -27,6 +27,8 @@ ENGINES = {
     "fp8 kv unit": {"kv_cache": "fp8_e4m3", "kv_scales": "unit"},
     "two layers bf16": {"weights": "fp8_e4m3", "activations": "fp8_e4m3", "kv_cache": "fp8_e4m3",
                         "kv_scales": "unit", "keep_bf16": [0, 1]},
+    "block, two mlps bf16": {"weights": "fp8_e4m3", "weight_scale": "block", "activations": "fp8_e4m3",
+                             "kv_cache": "fp8_e4m3", "kv_scales": "unit", "keep_bf16": ["model.layers.*.mlp.*"]},
 }
 STALENESS = [0, 1, 4]
 CORRECTIONS = [{"kind": "none"}, {"kind": "tis", "cap": 2.0}, {"kind": "icepop", "low": 0.5, "high": 5.0}]
@@ -54,9 +56,13 @@ def test_verl_composes_every_export_it_does_not_refuse(partial):
     assert check("verl", text) == []
     cfg = compose_verl([line for line in text.splitlines() if not line.startswith("#")])
     rollout = cfg.actor_rollout_ref.rollout
-    assert (rollout.name, rollout.logprobs_mode, rollout.calculate_log_probs) == ("vllm", "processed_logprobs", True)
+    engine = "sglang" if partial.get("keep_bf16") else "vllm"
+    assert (rollout.name, rollout.logprobs_mode, rollout.calculate_log_probs) == (engine, "processed_logprobs", True)
     assert rollout.quantization == ("fp8" if partial.get("weights") else None)
-    assert rollout.engine_kwargs.vllm.get("kv_cache_dtype") == partial.get("kv_cache")
+    assert rollout.engine_kwargs[engine].get("kv_cache_dtype") == partial.get("kv_cache")
+    ignored = cfg.ray_kwargs.ray_init.runtime_env.get("env_vars", {}).get("SGLANG_FP8_IGNORED_LAYERS")
+    assert ignored == (",".join(f"model.layers.{i}.mlp.{m}_proj" for i in (0, 1) for m in ("gate", "up", "down"))
+                       if engine == "sglang" else None)
     assert cfg.trainer.v1.trainer_mode == ("separate_async" if partial["staleness"] else "sync")
     if partial["staleness"]:
         assert cfg.trainer.v1.sampler.max_off_policy_threshold == partial["staleness"]
@@ -108,6 +114,7 @@ def test_every_engine_of_the_matrix_is_exportable_to_some_trainer():
              for name, engine in ENGINES.items()}
     assert reach["bf16"] == ["vllm", "verl", "prime-rl", "slime"]
     assert reach["fp8 w8a8 block"] == ["verl", "slime"]
+    assert reach["block, two mlps bf16"] == ["verl"]  # on its SGLang rollout
     assert reach["fp8 w8a8 tensor"] == reach["fp8 w8a8 channel"] == reach["two layers bf16"] == ["vllm", "prime-rl"]
     assert reach["fp8 kv unit"] == ["vllm", "verl", "prime-rl", "slime"]
     assert reach["fp8 weight-only"] == reach["fp8 kv calibrated"] == []

@@ -26,7 +26,7 @@ in the tests by ``EngineArgs(**args).create_engine_config()`` of the pinned vllm
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .checkpoint_facts import CheckpointFacts
 from .config import DTYPE_LIBRARY_NAMES, ConfigError, RolloutConfig, SamplingConfig
@@ -56,29 +56,45 @@ class NotExpressible(ConfigError):
 
 @dataclass(frozen=True)
 class KeptInBf16:
-    """``keep_bf16`` in vLLM's terms: the fused modules left unquantized, the KV layers skipped."""
+    """``keep_bf16`` in an engine's terms: the fused modules left unquantized (vLLM's names),
+    the checkpoint modules they hold (SGLang's and verl's ignore lists name those), the
+    layers whose KV cache is skipped."""
 
     ignore: list[str]
     kv_skip_layers: list[str]
+    unfused: list[str] = field(default_factory=list)
 
 
-def kept_in_bf16(cfg: RolloutConfig, n_layers: int) -> tuple[KeptInBf16, list[str]]:
-    """``cfg.keep_bf16`` over an ``n_layers`` Llama-family checkpoint, and the reasons vLLM
-    cannot express it (a fused module kept in part)."""
+def kept_in_bf16(cfg: RolloutConfig, n_layers: int, engine: str = "vLLM") -> tuple[KeptInBf16, list[str]]:
+    """``cfg.keep_bf16`` over an ``n_layers`` Llama-family checkpoint, and the reasons an
+    ``engine`` that fuses q/k/v and gate/up (vLLM, SGLang) cannot express it (a fused module
+    kept in part)."""
     kept = resolve_keep_bf16(cfg.keep_bf16, llama_linear_names(n_layers), n_layers)
-    ignore, problems = [], []
+    ignore, unfused, problems = [], [], []
     for i in range(n_layers):
         for fused, shards in LLAMA_FUSED.items():
             held = [f"model.layers.{i}.{s}" in kept for s in shards]
             if all(held):
                 ignore.append(f"model.layers.{i}.{fused}")
+                unfused += [f"model.layers.{i}.{s}" for s in shards]
             elif any(held):
                 names = ", ".join(s.split(".")[-1] for s, h in zip(shards, held, strict=True) if h)
-                problems.append(f"keep_bf16 keeps {names} of layer {i} in BF16, but vLLM fuses "
+                problems.append(f"keep_bf16 keeps {names} of layer {i} in BF16, but {engine} fuses "
                                 f"{'/'.join(s.split('.')[-1] for s in shards)} into {fused.split('.')[-1]}, "
                                 "which is quantized whole or not at all")
     skip = [str(i) for i in range(n_layers) if kv_pseudo_name(i) in kept] if cfg.kv_cache != "none" else []
-    return KeptInBf16(ignore, skip), problems
+    return KeptInBf16(ignore, skip, unfused), problems
+
+
+def module_name_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
+    """Where ``keep_bf16`` cannot be placed: the checkpoint's module names are unknown."""
+    if not cfg.keep_bf16 or facts is None:
+        return []
+    if facts.n_layers is None or facts.architecture not in LLAMA_ARCHITECTURES:
+        return ["keep_bf16 needs the checkpoint's module names: a local checkpoint of the Llama family "
+                f"({', '.join(sorted(LLAMA_ARCHITECTURES))}); this one is "
+                f"{facts.architecture or 'not a local checkpoint'}"]
+    return []
 
 
 def screening_refusals(cfg: RolloutConfig) -> list[str]:
@@ -100,13 +116,10 @@ def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None) -> list[str
         elif cfg.activations == "none":
             problems.append("FP8 weight-only: vLLM's online FP8 (fp8_per_tensor / fp8_per_channel) quantizes "
                             "activations too; admit activations fp8_e4m3, the W8A8 engine vLLM runs")
-    if cfg.keep_bf16 and facts is not None:
-        if facts.n_layers is None or facts.architecture not in LLAMA_ARCHITECTURES:
-            problems.append("keep_bf16 needs the checkpoint's module names: a local checkpoint of the Llama "
-                            f"family ({', '.join(sorted(LLAMA_ARCHITECTURES))}); this one is "
-                            f"{facts.architecture or 'not a local checkpoint'}")
-        else:
-            problems += kept_in_bf16(cfg, facts.n_layers)[1]
+    names = module_name_refusals(cfg, facts)
+    problems += names
+    if cfg.keep_bf16 and facts is not None and facts.n_layers and not names:
+        problems += kept_in_bf16(cfg, facts.n_layers)[1]
     problems += kv_cache_refusals(cfg, facts, "vLLM", takes_scale_file=True)
     if cfg.kv_cache != "none" and cfg.kv_scales == "calibrated" and cfg.weights == "fp8_e4m3":
         problems.append("kv_scales calibrated with FP8 weights: vLLM's online FP8 gives attention no KV-cache method, "
@@ -178,5 +191,5 @@ def vllm_sampling_params(sampling: SamplingConfig) -> dict:
 
 
 __all__ = ["LLAMA_FUSED", "LOGPROBS_MODE", "VLLM_VERSION", "KeptInBf16", "NotExpressible", "kept_in_bf16",
-           "kv_cache_refusals", "screening_refusals", "uses_scale_file", "vllm_engine_args", "vllm_refusals",
-           "vllm_sampling_params"]
+           "kv_cache_refusals", "module_name_refusals", "screening_refusals", "uses_scale_file", "vllm_engine_args",
+           "vllm_refusals", "vllm_sampling_params"]
