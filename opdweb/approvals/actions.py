@@ -25,6 +25,7 @@ def _event_payload(approval: ApprovalRequest) -> dict:
         "decided_by": getattr(approval.decided_by, "username", None),
         "comment": approval.decision_comment if approval.decided_at else approval.request_comment,
         "admission_job": approval.admission_job_id,
+        "targets": approval.config.config.get("targets", []),  # the trainers whose engine was admitted
     }
 
 

@@ -404,6 +404,9 @@ def test_calibrated_kv_scales_ship_as_a_content_hashed_file_the_vllm_export_refe
     assert export["engine_args"]["hf_overrides"]["quantization_config"]["kv_cache_scheme"]["strategy"] == "tensor"
     page = client.get(f"/approvals/{approval.pk}/").content.decode()
     assert f'<code class="sha256">{sha}</code>, as approved' in page
+    assert '<span id="verdict-targets">for <b>vLLM 0.32.0</b></span>' in page  # the verdict names its target
+    job_page = client.get(f"/jobs/{approval.admission_job_id}/").content.decode()
+    assert "For <b>vLLM 0.32.0</b>: the engine each builds from this config is the one measured." in job_page
     yaml_export = client.post(f"/approvals/{approval.pk}/export/yaml/").content.decode()
     assert f"kv_scales_sha256: {sha}" in yaml_export  # every export's provenance names it
     assert AuditEntry.objects.filter(action="config.exported", detail__format="kv-scales").count() == 1

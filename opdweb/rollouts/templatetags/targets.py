@@ -1,0 +1,16 @@
+"""``{{ rollout|admitted_for }}``: the trainers (with their versions) a rollout config names as
+its targets, so a verdict and an approval say which deployed engine they speak for."""
+from __future__ import annotations
+
+from django import template
+
+from opdweb.exports import FORMATS
+
+register = template.Library()
+
+
+@register.filter
+def admitted_for(rollout) -> str:
+    """"vLLM 0.32.0, verl 0.9.1" for a config naming those targets; "" for none."""
+    targets = rollout.get("targets") or [] if isinstance(rollout, dict) else []
+    return ", ".join(FORMATS[slug].target for slug in targets if slug in FORMATS)
