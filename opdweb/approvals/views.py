@@ -19,6 +19,7 @@ from opdweb.approvals.exporting import (
     provenance_of,
     sha256_of,
 )
+from opdweb.approvals.fallback import fallback_of
 from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from opdweb.exports import FORMATS
 from opdweb.pages import answers_refusals
@@ -59,6 +60,7 @@ def approval_detail(request, approval_id: int):
         latest_admission_check(approval.config, approval.checkpoint)
     budget = approval.budget if approval.state == ApprovalState.APPROVED else budget_of(evidence)
     multiple = (evidence.result or {}).get("multiple") if evidence else None
+    exports = export_statuses(approval) if approval.state == ApprovalState.APPROVED else []
     can_decide = (approval.state == ApprovalState.PENDING and approval.viewer_role >= Role.APPROVER
                   and approval.requested_by_id != request.user.pk)
     return render(request, "approvals/detail.html", {
@@ -66,7 +68,7 @@ def approval_detail(request, approval_id: int):
         "budget": budget, "curve": curve_with_check(budget, multiple),
         "can_decide": can_decide,
         "lapse": lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None,
-        "exports": export_statuses(approval) if approval.state == ApprovalState.APPROVED else [],
+        "exports": exports, "fallback": fallback_of(approval, exports) if exports else None,
         "kv_scales": shipped_kv_scales(approval) if approval.state == ApprovalState.APPROVED else None,
     })
 

@@ -427,3 +427,39 @@ def test_no_scale_file_where_none_applies_and_a_check_without_scales_cannot_ship
     admission_job(world.team, world.checkpoint, {"kv_cache": "fp8_e4m3", "targets": ["vllm"]}, world.budget)
     response = client.post(f"/configs/{world.record.pk}/request-approval/", {"checkpoint": world.checkpoint})
     assert response.status_code == 409 and "would run scale 1.0" in response.content.decode()
+
+
+def test_where_a_trainer_cannot_keep_layers_the_page_shows_what_the_all_quantized_fallback_measures(world):
+    """Block W8A8 with layer 0 (its modules and its KV cache) kept BF16: verl's SGLang path
+    has no per-layer KV exception and slime keeps nothing, so the page shows the fallback,
+    every layer quantized: unmeasured at first, then the admission check of that engine
+    (whatever trainer it named), and the KV capacity of each (4 layers, by hand: all FP8 2x
+    BF16's tokens; layer 0 in BF16: 4 * 2 / (2 + 3 * 1) = 1.6x)."""
+    import json
+    from pathlib import Path
+
+    from tests.web.approval_world import make_budget
+
+    geometry = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 4,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64}
+    (Path(world.checkpoint) / "config.json").write_text(json.dumps(geometry))
+    world.budget = make_budget(world.team, world.checkpoint)
+    block = {"weights": "fp8_e4m3", "weight_scale": "block", "activations": "fp8_e4m3", "kv_cache": "fp8_e4m3",
+             "kv_scales": "unit"}
+    approval = world.approved("layer 0 kept", {**block, "keep_bf16": [0]})
+    client = world.client(world.member)
+    page = client.get(f"/approvals/{approval.pk}/")
+    fallback = page.context["fallback"]
+    assert fallback["trainers"] == ["verl 0.9.1", "slime 624b824a898a (SGLang 0.5.15.post1)"]
+    assert fallback["job"] is None and 'id="fallback-unmeasured"' in page.content.decode()
+    assert fallback["capacity"] == {"admitted": pytest.approx(1.6), "fallback": pytest.approx(2.0)}
+    assert "KV cache: 2.00× BF16's tokens with every layer quantized, 1.60× as approved." in page.content.decode()
+
+    measured = admission_job(world.team, world.checkpoint, {**block, "targets": ["slime"]}, world.budget,
+                             multiple=4.5)
+    admission_job(world.team, world.checkpoint, {**block, "kv_scales": "calibrated"}, world.budget, multiple=9.0)
+    page = client.get(f"/approvals/{approval.pk}/")
+    assert page.context["fallback"]["job"] == measured
+    assert '<b id="fallback-multiple">4.50×</b>' in page.content.decode()
+    plain = world.approved("nothing kept", block)
+    assert world.client(world.member).get(f"/approvals/{plain.pk}/").context["fallback"] is None
