@@ -1,5 +1,6 @@
-"""The new-job form filled for an admission check from a config's page: the config, and
-the chosen budget's checkpoint, task and unit engine, so the check is comparable to it."""
+"""The new-job form filled from a config's page: an admission check (the config, and the
+chosen budget's checkpoint, task and unit engine, so the check is comparable to it), or a
+measurement of the config's multiple on a checkpoint, which needs no budget."""
 from __future__ import annotations
 
 import json
@@ -29,4 +30,19 @@ def admission_form(user, params: QueryDict, example: dict) -> dict:
             "team": budget.team.slug}
 
 
+def mismatch_form(user, params: QueryDict, example: dict) -> dict:
+    """``?rollout=<config id>[&model=<checkpoint>]``: the config's multiple of BF16 on the
+    checkpoint (the example's when none is named); the config must be visible (else 404)."""
+    rollout_id = params.get("rollout", "")
+    if not rollout_id.isdigit():
+        return {}
+    record = visible_config(user, int(rollout_id))
+    config = {**example, "rollout": record.config}
+    if params.get("model", "").strip():
+        config["model"] = params["model"].strip()
+    return {"kind": Kind.MISMATCH.value, "config": json.dumps(config, indent=2), "name": f"{record.name}: multiple",
+            "team": record.team.slug}
+
+
 FORM_PREFILLS[Kind.ADMISSION] = admission_form
+FORM_PREFILLS[Kind.MISMATCH] = mismatch_form

@@ -463,3 +463,25 @@ def test_where_a_trainer_cannot_keep_layers_the_page_shows_what_the_all_quantize
     assert '<b id="fallback-multiple">4.50×</b>' in page.content.decode()
     plain = world.approved("nothing kept", block)
     assert world.client(world.member).get(f"/approvals/{plain.pk}/").context["fallback"] is None
+
+
+def test_an_admission_checks_page_leads_to_its_config_and_the_next_step(world):
+    """From the verdict: the config it checked, "Request approval" for that checkpoint (a
+    passing check only), and "Admit for" each trainer the config does not name yet."""
+    import re
+
+    passing = admission_job(world.team, world.checkpoint, FP8, world.budget)
+    client = world.client(world.member)
+    page = client.get(f"/jobs/{passing.pk}/").content.decode()
+    assert f'<a id="admission-config" href="/configs/{world.record.pk}/">fp8 w+kv</a>' in page
+    assert re.findall(r'href="/configs/\d+/for/([a-z-]+)/"', page) == ["vllm", "verl", "prime-rl", "slime"]
+    form = re.search(r'<form method="post" action="(/configs/\d+/request-approval/)".*?name="checkpoint" '
+                     r'value="([^"]+)"', page, re.S)
+    assert form and form.group(2) == world.checkpoint
+    response = client.post(form.group(1), {"checkpoint": form.group(2)})  # the button's request
+    assert response.status_code == 302 and ApprovalRequest.objects.filter(config=world.record).count() == 1
+    failing = admission_job(world.team, world.checkpoint, FP8, world.budget, verdict="fail", multiple=80.0)
+    page = client.get(f"/jobs/{failing.pk}/").content.decode()
+    assert 'id="admission-config"' in page and 'id="request-approval"' not in page
+    unsaved = admission_job(world.team, world.checkpoint, {"weights": "fp8_e4m3"}, world.budget)
+    assert 'id="admission-next"' not in client.get(f"/jobs/{unsaved.pk}/").content.decode()

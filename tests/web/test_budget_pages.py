@@ -90,3 +90,32 @@ def test_check_admission_fills_the_form_from_a_budget_and_refuses_another_teams(
     assert client.get(f"/jobs/new/?kind=admission&budget={budget.pk}").status_code == 404
     assert client.get(f"/jobs/new/?kind=admission&rollout={record.pk}&budget={budget.pk}").status_code == 404
     assert Job.objects.count() == jobs_before
+
+
+def test_measure_fills_a_multiple_job_from_a_config_without_any_budget(member, outsider, client, settings, tmp_path):
+    """A first user, no budget calibrated: the config page's "Measure" opens the mismatch
+    form with the config and the named checkpoint, and it submits as it is."""
+    import json
+
+    from opdweb.rollouts.models import RolloutConfigRecord
+    from tests.web.approval_world import make_loadable_checkpoint
+
+    settings.OPDWEB_MODEL_ROOTS = [tmp_path / "models"]
+    checkpoint = make_loadable_checkpoint(tmp_path / "models", "student")
+    user, team = member
+    record = RolloutConfigRecord.objects.create(team=team, created_by=user, name="fp8", config={"weights": "fp8_e4m3"},
+                                                config_hash="e" * 64)
+    client.force_login(user)
+    page = client.get(f"/configs/{record.pk}/").content.decode()
+    assert 'id="measure"' in page and "no budget calibrated in this team yet" in page
+    form = client.get(f"/jobs/new/?kind=mismatch&rollout={record.pk}&model={checkpoint}").context["form"]
+    config = json.loads(form["config"])
+    assert (form["kind"], form["name"], form["team"]) == ("mismatch", "fp8: multiple", team.slug)
+    assert (config["model"], config["rollout"]) == (str(checkpoint), {"weights": "fp8_e4m3"})
+    response = client.post("/jobs/new/", {**form, "team": team.slug})
+    job = Job.objects.get(kind="mismatch", team=team)
+    assert response.status_code == 302 and job.config["rollout"]["weights"] == "fp8_e4m3"
+    without_model = json.loads(client.get(f"/jobs/new/?kind=mismatch&rollout={record.pk}").context["form"]["config"])
+    assert without_model["model"].endswith("toy/test/student")  # the example's checkpoint
+    client.force_login(outsider)
+    assert client.get(f"/jobs/new/?kind=mismatch&rollout={record.pk}").status_code == 404
