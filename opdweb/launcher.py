@@ -79,6 +79,20 @@ def manage(*args: str, env: dict) -> None:
     subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, check=True, cwd=ROOT)
 
 
+def import_real_model(var: Path, env: dict) -> None:
+    """SmolLM2-135M-Instruct from the GGUF the product ships, as a checkpoint folder under the
+    model roots (about 30 s, on first start only); without it the demo starts anyway."""
+    out = var / "models" / "smollm2-135m-instruct"
+    if out.is_dir():
+        return
+    print("opdweb: importing SmolLM2-135M-Instruct (first start only)", flush=True)
+    done = subprocess.run([sys.executable, "-m", "workers", "import-gguf", "--packaged", "smollm2", "--out", str(out)],
+                          env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        lines = (done.stderr or "").strip().splitlines()
+        print(f"opdweb: the real model was not imported: {lines[-1] if lines else done.returncode}", file=sys.stderr)
+
+
 def run(args) -> int:
     var = data_dir()
     var.mkdir(parents=True, exist_ok=True)
@@ -107,6 +121,7 @@ def run(args) -> int:
             # built before bootstrap_demo registers it.
             subprocess.run([sys.executable, "-m", "workers", "build-toy-models", "--size", "test", "--out",
                             str(var / "toy" / "test")], env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+            import_real_model(var, env)
             manage("bootstrap_demo", env=env)
         host, port = args.host, args.port
         if reachable(host, port):

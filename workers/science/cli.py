@@ -1,6 +1,6 @@
 """``python -m workers <subcommand>``: the science from a shell.
 
-Subcommands: ``build-toy-models`` and one per registered job kind (``mismatch``,
+Subcommands: ``build-toy-models``, ``import-gguf`` and one per registered job kind (``mismatch``,
 ``sensitivity``, ``drift``, ``selftest``, ...), its options read from the kind's config
 schema.  ``--json`` prints exactly one JSON object on stdout, otherwise a readable table;
 anything else written while the job runs (vLLM's log included) goes to stderr.
@@ -55,9 +55,40 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--device", default="cpu", help="cpu | cuda[:N] (training device; the result is the same recipe)")
     b.add_argument("--json", action="store_true")
 
+    g = sub.add_parser("import-gguf", help="a GGUF checkpoint as an ordinary checkpoint folder (safetensors)")
+    source = g.add_mutually_exclusive_group(required=True)
+    source.add_argument("--gguf", help="path of the .gguf file")
+    source.add_argument("--packaged", choices=["smollm2"],
+                        help="a GGUF the product ships as a package (smollm2: SmolLM2-135M-Instruct Q4_1)")
+    g.add_argument("--out", required=True, help="the checkpoint folder to write (under the model roots)")
+    g.add_argument("--force", action="store_true", help="replace an existing folder")
+    g.add_argument("--task", help="the task jobs with task 'auto' measure it on (gsm8k for --packaged smollm2)")
+    g.add_argument("--max-new-tokens", type=int, help="the response length those jobs sample (256 for smollm2)")
+    g.add_argument("--json", action="store_true")
+
     for kind in KINDS.values():
         _add_kind(sub, kind)
     return p
+
+
+def _import_gguf(args) -> int:
+    from .gguf_import import import_gguf
+    from .packaged import SMOLLM2, packaged_file
+
+    path = packaged_file(*SMOLLM2) if args.packaged == "smollm2" else args.gguf
+    task = {"task": args.task or "gsm8k", "max_new_tokens": args.max_new_tokens or 256} \
+        if args.packaged == "smollm2" or args.task else None
+    if task and args.max_new_tokens is None and args.packaged != "smollm2":
+        task.pop("max_new_tokens")
+    with _stdout_to_stderr(True):
+        record = import_gguf(path, args.out, force=args.force, task=task)
+    if args.json:
+        print(json.dumps(record))
+    else:
+        print(f"{args.out}: {record['architecture']}, {record['layers']} layers, from {record['source']['file']} "
+              f"({record['note']}); logits match the GGUF-loaded model to {record['logits_max_abs_diff']:.3g}; "
+              f"checkpoint hash {record['checkpoint_hash'][:12]}")
+    return 0
 
 
 def _add_kind(sub, kind: JobKind) -> None:
@@ -201,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "build-toy-models":
             return _build(args)
+        if args.command == "import-gguf":
+            return _import_gguf(args)
         kind = next(k for k in KINDS.values() if k.command == args.command)
         cfg = _job_config(kind, args)
         options = {o.dest: getattr(args, o.dest) for o in kind.cli_options if getattr(args, o.dest) is not None}

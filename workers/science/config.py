@@ -208,14 +208,20 @@ class RolloutConfig(_Strict):
         return cls.from_yaml(_read(path))
 
 
+#: The shipped GSM8K splits a job's ``task`` may name (exact names: anything else is a path
+#: under the data roots; :data:`.prompts.GSM8K_TASKS` maps them to the files).
+GSM8K_BUILTINS = ("gsm8k", "gsm8k:test", "gsm8k:train")
+
+
 class _JobConfig(_Strict):
     model: str = Field(..., min_length=1, max_length=1000, json_schema_extra={"sandbox": "model"},
                        description="Checkpoint directory under the model roots (or a hub id where the "
                                    "installation allows).")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     task: str = Field("auto", max_length=1000,
-                      json_schema_extra={"sandbox": "data", "builtin": ["auto", "arithmetic:*"]},
+                      json_schema_extra={"sandbox": "data", "builtin": ["auto", "arithmetic:*", *GSM8K_BUILTINS]},
                       description="'auto' (the task the model dir names, else arithmetic:3), 'arithmetic:LEVEL', "
+                                  "'gsm8k' / 'gsm8k:train' (the official splits the product ships), "
                                   "or a GSM8K/MATH JSONL file under the data roots.")
     prompts: int = Field(256, ge=1, le=MAX_PROMPTS)
     max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, description="Overrides rollout.sampling.")

@@ -111,7 +111,7 @@ class MeasurementSession:
         """Make the first ``n`` prompts of the task available (prompt sets are prefix-stable:
         the first k of n prompts are the k prompts); returns how many there are (a prompt
         file may hold fewer)."""
-        from .prompts import resolve_prompt_set
+        from .prompts import encode_prompts, resolve_prompt_set
 
         n = min(n, MAX_PROMPTS)
         if n <= len(self.prompt_ids):
@@ -124,7 +124,7 @@ class MeasurementSession:
         texts = ps.prompts()
         new = texts[len(self.prompt_ids):]
         if new:  # one batched call: the fast tokenizer encodes a list in one pass
-            self.prompt_ids += [list(ids) for ids in self.tokenizer(new, add_special_tokens=True).input_ids]
+            self.prompt_ids += encode_prompts(self.tokenizer, new, ps.chat)
         return len(self.prompt_ids)
 
     def elapsed(self) -> float:

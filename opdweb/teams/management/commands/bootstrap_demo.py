@@ -1,6 +1,6 @@
 """First start: a demo team and an admin user, whose credentials are printed once and
-kept in ``var/credentials.txt`` (mode 600), and the toy student and teacher registered in
-the demo team (on every start, once built; registered ones are left as they are)."""
+kept in ``var/credentials.txt`` (mode 600), and the toy pair and the real SmolLM2 registered
+in the demo team (on every start, once built; registered ones are left as they are)."""
 import secrets
 
 from django.conf import settings
@@ -13,12 +13,12 @@ from opdweb.teams.models import Membership, Role, Team
 
 
 class Command(BaseCommand):
-    help = "Create the demo team and an admin user on first start; register the toy pair in the demo team."
+    help = "Create the demo team and an admin user on first start; register the demo models in the demo team."
 
     def handle(self, *args, **options):
         self.create_team_and_admin()
-        if (settings.DATA_DIR / "toy" / "test").is_dir() and Team.objects.filter(slug="demo").exists():
-            call_command("register_toy_models", team="demo", stdout=self.stdout)
+        if Team.objects.filter(slug="demo").exists():
+            call_command("register_demo_models", team="demo", stdout=self.stdout)
 
     def create_team_and_admin(self):
         User = get_user_model()

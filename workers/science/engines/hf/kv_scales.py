@@ -229,16 +229,25 @@ def static_kv_amax(model_dir: str, base_model: nn.Module, prompt_ids: Sequence[S
 
 
 def calibration_prompt_ids(model_dir: str, tokenizer, task: str | None = None) -> list[list[int]]:
-    """The calibration prompts of a checkpoint: its arithmetic task's *training* split (never
-    the held-out prompts a measurement samples), or the first prompts of a JSONL task."""
-    from ...prompts import arithmetic_prompt_set, load_jsonl_prompt_set, model_task
+    """The calibration prompts of a checkpoint: its arithmetic or GSM8K task's *training* split
+    (never the held-out prompts a measurement samples), or the first prompts of a JSONL task."""
+    from ...prompts import (
+        GSM8K_TASKS,
+        arithmetic_prompt_set,
+        encode_prompts,
+        gsm8k_prompt_set,
+        load_jsonl_prompt_set,
+        model_task,
+    )
 
     if task in (None, "auto"):
         toy = model_task(model_dir)
         task = toy["task"] if toy else "arithmetic:3"
     if task == "arithmetic" or task.startswith("arithmetic:"):
         level = int(task.split(":", 1)[1]) if ":" in task else 3
-        texts = arithmetic_prompt_set(CALIBRATION_PROMPTS, level=level, seed=0, split="train").prompts()
+        ps = arithmetic_prompt_set(CALIBRATION_PROMPTS, level=level, seed=0, split="train")
+    elif task in GSM8K_TASKS:
+        ps = gsm8k_prompt_set("train", limit=CALIBRATION_PROMPTS)  # never the test split a check measures
     else:
-        texts = load_jsonl_prompt_set(task, limit=CALIBRATION_PROMPTS).prompts()
-    return [tokenizer(t, add_special_tokens=True).input_ids for t in texts]
+        ps = load_jsonl_prompt_set(task, limit=CALIBRATION_PROMPTS)
+    return encode_prompts(tokenizer, ps.prompts(), ps.chat)

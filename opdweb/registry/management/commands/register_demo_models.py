@@ -1,0 +1,43 @@
+"""Register the models ``make run`` puts under the data directory in a team, once (a second
+run leaves them as they are): the toy student and teacher (``toy/test``) and the real
+SmolLM2-135M-Instruct imported from the GGUF the product ships (``models/``).  One that
+is missing or cannot be registered is reported, not fatal: the demo starts without it."""
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from opdweb.refusals import Refused
+from opdweb.registry.models import RegisteredModel
+from opdweb.registry.registration import register_model
+from opdweb.teams.models import Team
+
+#: The real model's folder under the data directory's ``models`` (``make run`` imports it).
+REAL_MODEL_DIR = "smollm2-135m-instruct"
+#: (name, path under the data directory, kind)
+DEMO_MODELS = (
+    ("toy student", "toy/test/student", "student"),
+    ("toy teacher", "toy/test/teacher", "teacher"),
+    ("SmolLM2-135M-Instruct (real; from GGUF Q4_1, so 4-bit-quantized weights)", f"models/{REAL_MODEL_DIR}",
+     "checkpoint"),
+)
+
+
+class Command(BaseCommand):
+    help = "Register the toy pair and the real SmolLM2 that make run builds in a team (the demo team by default)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--team", default="demo")
+
+    def handle(self, *args, team: str, **options):
+        team_obj = Team.objects.filter(slug=team).first()
+        if team_obj is None:
+            raise CommandError(f"no team {team!r}")
+        for name, relative, kind in DEMO_MODELS:
+            path = (settings.DATA_DIR / relative).resolve()
+            if not path.is_dir() or RegisteredModel.objects.filter(team=team_obj, path=str(path)).exists():
+                continue
+            try:
+                register_model(team=team_obj, user=None, name=name, path=str(path), kind=kind)
+            except Refused as exc:
+                self.stderr.write(f"opdweb: {name} is not registered: {exc}")
+            else:
+                self.stdout.write(f"opdweb: registered {name} in team {team}")
