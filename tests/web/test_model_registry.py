@@ -273,3 +273,35 @@ def test_a_registration_that_loses_the_race_for_a_path_is_refused_for_the_path(r
         t.join()
     assert outcome["ours"] == (409, f"path: {path!r} is already registered as 'theirs'")
     assert list(RegisteredModel.objects.values_list("name", flat=True)) == ["theirs"]
+
+
+@pytest.mark.django_db
+def test_an_imported_checkpoint_says_what_its_weights_went_through_on_its_pages(settings, tmp_path, toy_pair):
+    """A checkpoint ``import-gguf`` wrote carries its record; the model page and every job
+    page on it say the weights were dequantized from GGUF (the figures speak of those)."""
+    import json
+
+    from django.test import Client
+
+    from opdweb.registry.registration import register_model
+    from tests.web.factories import JobFactory, MembershipFactory, TeamFactory
+
+    settings.OPDWEB_MODEL_ROOTS = [tmp_path / "models"]
+    folder = tmp_path / "models" / "imported"
+    shutil.copytree(toy_pair / "student", folder)
+    note = "dequantized from GGUF Q4_1: these weights went through that quantization before the product saw them"
+    (folder / "opdweb_import.json").write_text(json.dumps({"note": note}))
+    team = TeamFactory()
+    user = MembershipFactory(team=team).user
+    model = register_model(team=team, user=user, name="imported", path=str(folder), kind="checkpoint")
+    plain = register_model(team=team, user=user, name="toy", path=str(shutil.copytree(toy_pair / "teacher",
+                                                                                    tmp_path / "models" / "toy")),
+                           kind="teacher")
+    client = Client()
+    client.force_login(user)
+    assert f'<p class="warning" id="weights-note">{note}.</p>' in client.get(f"/models/{model.pk}/").content.decode()
+    assert 'id="weights-note"' not in client.get(f"/models/{plain.pk}/").content.decode()
+    job = JobFactory(team=team, kind="mismatch", config={"model": str(folder.resolve())})
+    assert note in client.get(f"/jobs/{job.pk}/").content.decode()
+    outside = JobFactory(team=team, kind="mismatch", config={"model": "/etc"})  # outside the roots: nothing read
+    assert 'id="weights-note"' not in client.get(f"/jobs/{outside.pk}/").content.decode()

@@ -2,10 +2,15 @@
 by team slug, for the pickers of the job and approval forms."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from django import template
 
 from opdweb.registry.models import RegisteredModel
+from opdweb.sandbox import OutsideSandbox, confine_model
 from opdweb.teams.access import teams_of
+from workers.science.gguf_import import IMPORT_RECORD
 
 register = template.Library()
 
@@ -22,3 +27,18 @@ def team_models(user) -> dict[str, list[dict]]:
 def models_of(team) -> list[RegisteredModel]:
     """``{% models_of team as models %}``: one team's registered models."""
     return list(RegisteredModel.objects.filter(team=team))
+
+
+@register.simple_tag
+def weights_note(checkpoint) -> str:
+    """``{% weights_note job.config.model as note %}``: what an imported checkpoint's record
+    says its weights went through (``opdweb_import.json``: "dequantized from GGUF Q4_1 ..."),
+    so every page with figures on it says so; "" for any other checkpoint."""
+    if not isinstance(checkpoint, str) or not checkpoint:
+        return ""
+    try:
+        record = json.loads((Path(confine_model(checkpoint)) / IMPORT_RECORD).read_text())
+    except (OutsideSandbox, OSError, ValueError):
+        return ""
+    note = record.get("note") if isinstance(record, dict) else None
+    return note if isinstance(note, str) else ""
