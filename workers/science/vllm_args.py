@@ -154,11 +154,14 @@ def kv_cache_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None, engine:
         problems.append(f"kv_scales calibrated: {engine} reads k_scale / v_scale from the checkpoint and this one "
                         "ships none it loads, so it would run scale 1.0 (only the vLLM engine export ships the "
                         "calibrated scales as a file); admit with kv_scales unit")
-    elif not facts.shipped_kv_scales and cfg.weights == "bf16":
-        problems.append(f"kv_scales calibrated: this checkpoint ships no k_scale / v_scale {engine} loads and no "
-                        "file of the admission check's calibrated scales goes with it (only a vLLM engine export of "
-                        "an admission check that recorded them ships one), so it would run scale 1.0; admit with "
-                        "kv_scales unit")
+    elif cfg.weights == "fp8_e4m3":
+        pass  # online FP8 loads no KV scales at all: vllm_refusals says so, on any checkpoint
+    elif not facts.shipped_kv_scales or cfg.weights != "bf16":
+        why = ("no file of the admission check's calibrated scales goes with it (only a vLLM engine export of an "
+               "admission check that recorded them ships one)") if cfg.weights == "bf16" else \
+            f"a scale file is loaded only with BF16 weights, not {cfg.weights}"
+        problems.append(f"kv_scales calibrated: this checkpoint ships no k_scale / v_scale {engine} loads and {why}, "
+                        "so it would run scale 1.0; admit with kv_scales unit")
     return problems
 
 
