@@ -154,3 +154,16 @@ def test_check_rollout_refuses_before_any_sampling(request, monkeypatch, model, 
     with pytest.raises(ConfigError, match=message):
         run_mismatch(job(path, prompts=8, **rollout), rep)
     assert sampled == [] and rep.progress_calls == []
+
+
+def test_a_long_batch_reports_its_progress_token_by_token(student):
+    """A real model's batch decodes for minutes: progress moves within it, not only after it."""
+    rep = RecordingReporter()
+    cfg = MismatchJobConfig(model=student, rollout=RolloutConfig(sampling={"max_new_tokens": 16, "ignore_eos": True}),
+                            prompts=8, bootstrap=50, device="cpu", batch_size=8, reference_engine="hf", target_ci=0)
+    run_mismatch(cfg, rep)
+    within = [(frac, message) for frac, message in rep.progress_calls if "token" in message]
+    assert any(message.endswith("prompts 1-8 of 8, token 8/16") for _, message in within)
+    assert any(message.endswith("token 16/16") for _, message in within)
+    fracs = [frac for frac, _ in rep.progress_calls]
+    assert fracs == sorted(fracs)  # never backwards

@@ -20,7 +20,7 @@ from typing import Iterable
 
 #: Bump when a change to the measurement code changes what a cached BF16 reference or a
 #: calibration would contain (logprob transform, seeds, prompt layout, metric inputs).
-MEASUREMENT_VERSION = 4
+MEASUREMENT_VERSION = 5  # 5: logits of the last positions only (logits_to_keep), chat-templated prompts
 
 #: Files of a checkpoint directory that define its weights and architecture.
 WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.pt", "config.json", "generation_config.json")

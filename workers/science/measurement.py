@@ -172,7 +172,13 @@ class MeasurementSession:
                 if self.reporter.should_stop():
                     raise Cancelled(f"cancelled while measuring {label}")
                 hi = min(stop, lo + self.job.batch_size)
-                r, s, records, seconds = self._scored_batch(engine, cfg, lo, hi)
+
+                def decoded(t: int, steps: int, lo=lo, hi=hi) -> None:  # progress within a long batch
+                    done = (lo - start + (hi - lo) * t / max(1, steps)) / max(1, stop - start)
+                    self.reporter.progress(frac[0] + (frac[1] - frac[0]) * done,
+                                           f"{label}: prompts {lo + 1}-{hi} of {stop}, token {t}/{steps}")
+
+                r, s, records, seconds = self._scored_batch(engine, cfg, lo, hi, decoded)
                 t_sample, t_score = t_sample + seconds[0], t_score + seconds[1]
                 parts.append(records)
                 texts.extend(self.tokenizer.decode(resp, skip_special_tokens=True) for resp in r.responses())
@@ -192,8 +198,8 @@ class MeasurementSession:
             if own:
                 engine.close()
 
-    def _scored_batch(self, engine: Any, cfg: RolloutConfig, lo: int,
-                      hi: int) -> tuple[Any, Any, Any, tuple[float, float]]:
+    def _scored_batch(self, engine: Any, cfg: RolloutConfig, lo: int, hi: int,
+                      on_step: Callable[[int, int], None] | None = None) -> tuple[Any, Any, Any, tuple[float, float]]:
         """Prompts ``[lo, hi)`` sampled by ``engine`` and scored by the trainer: the rollouts,
         the scores, their token records and the (sampling, scoring) seconds."""
         from .engines.base import logprob_temperature
@@ -202,7 +208,7 @@ class MeasurementSession:
         batch = self.prompt_ids[lo:hi]
         want_full = engine.name == "hf"
         t0 = time.perf_counter()
-        r = engine.sample(batch, cfg.sampling, seed=cfg.seed, offset=lo, return_full=want_full)
+        r = engine.sample(batch, cfg.sampling, seed=cfg.seed, offset=lo, return_full=want_full, on_step=on_step)
         t1 = time.perf_counter()
         s = self.trainer.score(batch, r.tokens, r.mask, return_full=want_full,
                                temperature=logprob_temperature(cfg.sampling))

@@ -11,7 +11,7 @@ logprobs (T = 1).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import torch
 
@@ -51,6 +51,7 @@ class RolloutEngine(Protocol):
         seed: int,
         offset: int = 0,
         return_full: bool = False,
+        on_step: Callable[[int, int], None] | None = None,  # (tokens decoded, of how many), as it goes
     ) -> Rollouts: ...
 
     def score(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -106,7 +106,8 @@ class VLLMEngine:
         return SamplingParams(**vllm_sampling_params(sampling), seed=seed, **extra)
 
     def sample(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig, seed: int, offset: int = 0,
-               return_full: bool = False) -> Rollouts:
+               return_full: bool = False, on_step: Callable[[int, int], None] | None = None) -> Rollouts:
+        """``on_step`` is not called: vLLM generates a batch in one call."""
         from vllm.inputs import TokensPrompt
 
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]

@@ -2,7 +2,7 @@
 FP8-aware KV cache (:mod:`.kv_cache`) and common-random-number sampling (:mod:`.sampling`)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -14,6 +14,9 @@ from .kv_scales import KvAmax, calibration_prompt_ids, static_kv_amax, unit_kv_a
 from .loading import load_model, load_model_config, load_tokenizer, resolve_device
 from .prepare import PreparedModel, prepare_rollout_model
 from .sampling import choose_tokens, left_pad, positions, prompt_uniforms
+
+#: Decode steps between two ``on_step`` calls of :meth:`HFEngine.sample`.
+PROGRESS_EVERY = 8
 
 
 class HFEngine:
@@ -78,7 +81,7 @@ class HFEngine:
 
     @torch.no_grad()
     def sample(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig, seed: int, offset: int = 0,
-               return_full: bool = False) -> Rollouts:
+               return_full: bool = False, on_step: Callable[[int, int], None] | None = None) -> Rollouts:
         b = len(prompt_ids)
         steps = sampling.max_new_tokens
         u = prompt_uniforms(seed, offset, b, steps)
@@ -94,8 +97,9 @@ class HFEngine:
         inp, pos = ids, positions(attn)
         t = 0
         for t in range(steps):
+            # logits of the last position only: the prompt's would be [B, P, V] for a real vocabulary
             out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=cache,
-                             use_cache=True)
+                             use_cache=True, logits_to_keep=1)
             logits = out.logits[:, -1, :].float()
             logp = torch.log_softmax(logits / temperature, dim=-1)
             nxt = choose_tokens(logits, sampling, u[:, t])
@@ -107,6 +111,8 @@ class HFEngine:
                 fulls.append(logp)
             if self.eos_token_id is not None and not sampling.ignore_eos:
                 done = done | (nxt == self.eos_token_id)
+            if on_step is not None and (t + 1) % PROGRESS_EVERY == 0:
+                on_step(t + 1, steps)
             if bool(done.all()):
                 break
             inp = tokens[:, t : t + 1]
@@ -122,13 +128,13 @@ class HFEngine:
               return_full: bool = False, temperature: float = 1.0) -> Scores:
         """Teacher-forced logprobs of ``tokens`` under ``log_softmax(logits / temperature)``."""
         ids, attn = left_pad(prompt_ids, self.pad_token_id, self.device)
-        p = ids.shape[1]
         resp = tokens.to(self.device)
         full_ids = torch.cat([ids, resp], dim=1)
         full_attn = torch.cat([attn, mask.to(self.device).long()], dim=1)
+        # logits from the last prompt position on (the response's predictions), not the whole prompt's
         out = self.model(input_ids=full_ids, attention_mask=full_attn, position_ids=positions(full_attn),
-                         use_cache=False)
-        logits = out.logits[:, p - 1 : p - 1 + resp.shape[1], :].float()
+                         use_cache=False, logits_to_keep=resp.shape[1] + 1)
+        logits = out.logits[:, : resp.shape[1], :].float()
         logp = torch.log_softmax(logits / temperature, dim=-1)
         lp = logp.gather(-1, resp[..., None]).squeeze(-1) * mask.to(self.device)
         return Scores(lp.cpu(), logp if return_full else None)

@@ -121,7 +121,7 @@ def calibrate_kv_amax(model: nn.Module, prompt_ids: Sequence[Sequence[int]], eos
         for _ in range(new_tokens):
             rec.mask = attn
             logits = model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=rec,
-                           use_cache=True).logits
+                           use_cache=True, logits_to_keep=1).logits
             nxt = logits[:, -1, :].argmax(-1)
             alive = ~done
             if eos_id is not None:
