@@ -159,3 +159,21 @@ def client_page(client, user, url: str) -> str:
     response = client.get(url)
     assert response.status_code == 200
     return response.content.decode()
+
+
+def test_the_same_budget_reads_the_same_on_every_page(member, client):
+    # 85916.811 with every level within: "≥ 85,900× (not reached)" wherever it shows, never "85916.811×",
+    # "8.59e+04x" or a bare number without its "≥".
+    user, team = member
+    budget = stored_calibration(team, user, "/models/student", 85916.811)
+    type(budget).objects.filter(pk=budget.pk).update(status="not_reached")
+    budget.refresh_from_db()
+    check = Job.objects.create(
+        team=team, created_by=user, kind="admission", name="fp8", state=JobState.SUCCEEDED,
+        config={"model": "/models/student", "budget": budget.spec(), "prompts": 64},
+        result=admission_result("pass", 9.0, [6.0, 12.0], budget=budget.spec(), margin=9546.3,
+                                reason="the 95% CI [6, 12] lies below the budget"))
+    for url in ("/budgets/", f"/budgets/{budget.pk}/", f"/jobs/{check.pk}/"):
+        page = re.sub(r"<script.*?</script>|<pre.*?</pre>", "", client_page(client, user, url), flags=re.S)
+        assert "≥ 85,900× (not reached)" in page, url
+        assert "85916" not in page and "8.59e+04" not in page, url  # the page's text, the raw JSON aside
