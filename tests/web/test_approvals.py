@@ -485,3 +485,21 @@ def test_an_admission_checks_page_leads_to_its_config_and_the_next_step(world):
     assert 'id="admission-config"' in page and 'id="request-approval"' not in page
     unsaved = admission_job(world.team, world.checkpoint, {"weights": "fp8_e4m3"}, world.budget)
     assert 'id="admission-next"' not in client.get(f"/jobs/{unsaved.pk}/").content.decode()
+
+
+def test_a_refused_approval_request_redraws_the_config_page_with_the_input_kept(world):
+    page_url = f"http://testserver/configs/{world.record.pk}/"
+    before = ApprovalRequest.objects.count()
+    response = world.client(world.member).post(
+        f"/configs/{world.record.pk}/request-approval/",
+        {"checkpoint": "/nowhere/student", "comment": "for run 12 <b>"}, HTTP_REFERER=page_url)
+    html = response.content.decode()
+    assert response.status_code == 400 and 'id="request-approval"' in html  # the config page, under the 4xx
+    message = html.split('id="refusal" role="alert">', 1)[1].split("<", 1)[0].strip()
+    assert message and html.count(message) == 1  # said once, above the page
+    assert 'value="/nowhere/student"' in html and "for run 12 &lt;b&gt;</textarea>" in html  # kept, escaped
+    assert ApprovalRequest.objects.count() == before
+    # Without a page of ours behind the post (an API-like client), the styled refusal page, as before.
+    bare = world.client(world.member).post(f"/configs/{world.record.pk}/request-approval/",
+                                           {"checkpoint": "/nowhere/student"})
+    assert bare.status_code == 400 and 'class="card problem"' in bare.content.decode()
