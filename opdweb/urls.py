@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, reverse_lazy
 from django.views.generic import RedirectView
 
 from opdweb.api import Api
@@ -14,6 +14,9 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list"), name="home"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # An invited user's one-time link (teams.actions.do_invite_user): Django's password reset token.
+    path("set-password/<uidb64>/<token>/", auth_views.PasswordResetConfirmView.as_view(
+        template_name="registration/set_password.html", success_url=reverse_lazy("login")), name="set_password"),
     path("jobs/", include("opdweb.jobs.urls")),
     path("budgets/", include("opdweb.budgets.urls")),
     path("", include("opdweb.rollouts.urls")),

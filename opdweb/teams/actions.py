@@ -3,7 +3,12 @@ least one admin, so nobody can lock a team out of its own settings."""
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.tokens import default_token_generator
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
 from opdweb.refusals import Refused
 from opdweb.teams import audit
@@ -34,6 +39,35 @@ def do_add_member(*, team, actor, username: str, role) -> Membership:
         audit.record(team, actor, audit.MEMBER_ADDED, f"added {user.username} as {role.label}",
                      subject="membership", subject_id=membership.pk, user=user.username, role=role.label)
     return membership
+
+
+def do_invite_user(*, team, actor, username: str, role) -> tuple[Membership, str]:
+    """A new user, member of ``team`` with ``role``, who has no password yet; returns the
+    membership and the path of the one-time link where they set one (Django's password
+    reset token: it stops working once a password is set, and after PASSWORD_RESET_TIMEOUT)."""
+    role = check_role(role)
+    username = (username or "").strip()
+    users = get_user_model()
+    try:
+        users._meta.get_field("username").run_validators(username)
+        if not username:
+            raise ValidationError("a username is required")
+    except ValidationError as exc:
+        raise Refused(f"username {username!r}: {' '.join(exc.messages)}",
+                      details=[{"field": "username", "message": " ".join(exc.messages)}]) from None
+    with transaction.atomic():
+        if users.objects.filter(username__iexact=username).exists():
+            raise Refused(f"{username} already has an account: add them as a member instead", status=409,
+                          details=[{"field": "username", "message": "taken"}])
+        user = users(username=username)
+        user.set_unusable_password()
+        user.save()
+        membership = Membership.objects.create(team=team, user=user, role=role)
+        audit.record(team, actor, audit.MEMBER_INVITED, f"invited {username} as {role.label}",
+                     subject="membership", subject_id=membership.pk, user=username, role=role.label)
+    link = reverse("set_password", kwargs={"uidb64": urlsafe_base64_encode(force_bytes(user.pk)),
+                                           "token": default_token_generator.make_token(user)})
+    return membership, link
 
 
 def _membership(team, membership_id: int) -> Membership:

@@ -8,6 +8,7 @@ urlpatterns = [
     path("<slug:slug>/", views.team_detail, name="detail"),
     path("<slug:slug>/audit/", views.audit_log, name="audit"),
     path("<slug:slug>/members/", views.member_add, name="member_add"),
+    path("<slug:slug>/invitations/", views.member_invite, name="member_invite"),
     path("<slug:slug>/members/<int:membership_id>/role/", views.member_role, name="member_role"),
     path("<slug:slug>/members/<int:membership_id>/remove/", views.member_remove, name="member_remove"),
 ]

@@ -2,6 +2,7 @@
 its audit log."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
@@ -9,7 +10,7 @@ from django.views.decorators.http import require_POST
 
 from opdweb.pages import answers_refusals
 from opdweb.teams.access import team_for
-from opdweb.teams.actions import do_add_member, do_change_role, do_remove_member
+from opdweb.teams.actions import do_add_member, do_change_role, do_invite_user, do_remove_member
 from opdweb.teams.models import AuditEntry, Membership, Role
 
 
@@ -43,6 +44,19 @@ def member_add(request, slug: str):
                       role=request.POST.get("role"))
     messages.info(request, f"{m.user.username} added as {m.get_role_display()}")
     return redirect("teams:detail", slug=slug)
+
+
+@login_required
+@require_POST
+@answers_refusals
+def member_invite(request, slug: str):
+    """A new user in this team; the admin is shown, once, the link where they set a password."""
+    team = team_for(request.user, slug, Role.ADMIN)
+    m, link = do_invite_user(team=team, actor=request.user, username=request.POST.get("username", ""),
+                             role=request.POST.get("role"))
+    return render(request, "teams/invited.html", {"team": team, "membership": m,
+                                                  "link": request.build_absolute_uri(link),
+                                                  "link_days": settings.PASSWORD_RESET_TIMEOUT // 86400})
 
 
 @login_required

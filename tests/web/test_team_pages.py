@@ -1,6 +1,7 @@
 """Team pages: admins manage members and roles in the product; a team always keeps an
 admin; every change is in the audit log; styled 404 / 403 pages with navigation."""
 import pytest
+from django.contrib.auth import get_user_model
 from django.test import Client
 
 from opdweb.teams.models import AuditEntry, Membership, Role
@@ -114,3 +115,41 @@ def test_adding_an_unknown_member_redraws_the_team_page_with_the_input_kept(team
     assert 'value="nobody-by-that-name"' in html
     assert f'<option value="{Role.APPROVER.value}" selected>' in html  # the role chosen, not the default
     assert Membership.objects.filter(team=team).count() == 1
+
+
+def test_an_admin_invites_a_new_user_who_sets_a_password_once_and_logs_in(team_admin):
+    team, admin = team_admin
+    response = logged_in(admin).post(f"/teams/{team.slug}/invitations/", {"username": "newbie", "role": Role.MEMBER})
+    assert response.status_code == 200
+    link = response.content.decode().split('id="invite-link" readonly size="80" value="', 1)[1].split('"', 1)[0]
+    assert link.startswith("http://testserver/set-password/")
+    newbie = Membership.objects.get(team=team, user__username="newbie")
+    assert newbie.role == Role.MEMBER and not newbie.user.has_usable_password()
+    entry = AuditEntry.objects.get(team=team, action="member.invited")
+    assert entry.actor == admin and entry.detail == {"user": "newbie", "role": "member"}
+
+    visitor = Client()  # the invitee, not logged in
+    form = visitor.get(link.removeprefix("http://testserver"), follow=True)
+    assert form.status_code == 200 and 'id="set-password"' in form.content.decode()
+    done = visitor.post(form.redirect_chain[-1][0], {"new_password1": "a long pass phrase 9",
+                                                     "new_password2": "a long pass phrase 9"})
+    assert done.status_code == 302 and done["Location"] == "/login/"
+    login = Client().post("/login/", {"username": "newbie", "password": "a long pass phrase 9"})
+    assert login.status_code == 302, login.content  # logged in with the password they chose
+    again = Client().get(link.removeprefix("http://testserver"), follow=True)
+    assert 'id="link-invalid"' in again.content.decode()  # one time only
+
+
+def test_invitations_are_for_admins_and_new_names_only(team_admin):
+    team, admin = team_admin
+    member = MembershipFactory(team=team, role=Role.MEMBER)
+    before = get_user_model().objects.count()
+    assert logged_in(member.user).post(f"/teams/{team.slug}/invitations/", {"username": "x", "role": 10}
+                                       ).status_code == 403
+    for data, status, words in [({"username": member.user.username.upper(), "role": 10}, 409, "already has an account"),
+                                ({"username": "bad name!", "role": 10}, 400, "username &#x27;bad name!&#x27;"),
+                                ({"username": "", "role": 10}, 400, "a username is required"),
+                                ({"username": "fine", "role": "99"}, 400, "role must be one of")]:
+        response = logged_in(admin).post(f"/teams/{team.slug}/invitations/", data)
+        assert response.status_code == status and words in response.content.decode(), (data, response.content)
+    assert get_user_model().objects.count() == before and not AuditEntry.objects.filter(action="member.invited")
