@@ -172,6 +172,7 @@ def job_compare(request):
     return render(request, "jobs/compare.html", {
         "jobs": jobs, "ids": ids, "parameters": parameter_rows([{"kind": job.kind, **job.config} for job in jobs]),
         "metrics": metric_rows(jobs),
+        "legend_names": {job.pk: f"#{job.pk} {job.name or job.kind}"[:80] for job in jobs},
         **compared_series(jobs), "only_differences": request.GET.get("diff") == "1"})
 
 

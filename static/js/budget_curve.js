@@ -37,8 +37,8 @@
                                  line: { color: "#e03131", dash: data.status === "not_reached" ? "dot" : "solid" } });
   Plotly.newPlot("budget-curve", traces, {
     margin: { t: 30, r: 20, b: 50, l: 60 }, shapes,
-    xaxis: { type: "log", title: "multiple of the BF16 engine's mismatch", range: [Math.log10(lo), Math.log10(hi)] },
-    yaxis: { title: "held-out accuracy (%)" },
+    xaxis: { type: "log", title: { text: "multiple of the BF16 engine's mismatch (measured)" }, range: [Math.log10(lo), Math.log10(hi)] },
+    yaxis: { title: { text: "held-out accuracy after equal steps (%)" } },
     title: { text: "accuracy against mismatch; band: tolerance under the BF16 baseline; red: the budget", font: { size: 13 } },
   }, { displaylogo: false, responsive: true });
 })();

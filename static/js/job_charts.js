@@ -91,9 +91,28 @@ window.JobCharts = (function () {
 
   // A chart follows its newest points (its axes autorange on every draw) until the user zooms
   // or pans an axis; a reset (double click, "autoscale") makes it follow again.
+  // Steps are integers: ticks never fall between two of them (a span of a few steps gets a
+  // tick per step, a longer one plotly's own spacing, labelled as whole numbers).
+  function stepTicks(keys) {
+    let lo = Infinity, hi = -Infinity;
+    for (const key of keys) {
+      const x = (series[key].zoom || series[key]).x;
+      if (x.length) { lo = Math.min(lo, x[0]); hi = Math.max(hi, x[x.length - 1]); }
+    }
+    const ticks = { tickformat: ",d" };
+    if (hi - lo <= 10) Object.assign(ticks, { tickmode: "linear", tick0: 0, dtick: 1 });
+    return ticks;
+  }
+
+  // What the step of a namespace counts, where it is not a training step.
+  const STEP_TITLES = { calibration: "ladder level (0: the BF16 baseline)", sensitivity: "scanned part (index)" };
+
   function layout(name, keys) {
     const follow = groups[name].follow;
-    const xaxis = { title: { text: X_TITLES[options.xAxis] }, type: options.xAxis === "time" ? "date" : "linear" };
+    const namespace = keys[0].split("/")[0];
+    const title = options.xAxis === "step" ? (STEP_TITLES[namespace] || X_TITLES.step) : X_TITLES[options.xAxis];
+    const xaxis = { title: { text: title }, type: options.xAxis === "time" ? "date" : "linear",
+                    ...(options.xAxis === "step" ? stepTicks(keys) : {}) };
     const yaxis = { type: options.logY ? "log" : "linear" };
     if (follow.x) xaxis.autorange = true;
     if (follow.y) yaxis.autorange = true;

@@ -8,6 +8,8 @@
 
   // Each job's batched reads of the shared series it has, laid out by the view: {job id: [url, ...]}.
   const reads = JSON.parse(document.getElementById("compare-reads").textContent);
+  // A legend names each job by its id and name (its kind where it has none), not by its id alone.
+  const names = JSON.parse(document.getElementById("compare-names").textContent);
 
   async function linesOf(jobId) {
     const lines = {};
@@ -16,7 +18,7 @@
       if (!response.ok) continue;
       for (const read of (await response.json()).series) {
         const x = read.buckets.map(b => b[4]);
-        lines[read.key] = { x: x, y: read.buckets.map(b => Number(b[5])), name: `#${jobId}`,
+        lines[read.key] = { x: x, y: read.buckets.map(b => Number(b[5])), name: names[jobId] || `#${jobId}`,
                             mode: x.length > 1 ? "lines" : "markers" };
       }
     }

@@ -177,3 +177,14 @@ def test_the_same_budget_reads_the_same_on_every_page(member, client):
         page = re.sub(r"<script.*?</script>|<pre.*?</pre>", "", client_page(client, user, url), flags=re.S)
         assert "≥ 85,900× (not reached)" in page, url
         assert "85916" not in page and "8.59e+04" not in page, url  # the page's text, the raw JSON aside
+
+
+def test_the_budget_curve_has_axis_titles(member, asgi_server, page):
+    user, team = member
+    budget, _ = a_budget_with_a_check(team, user)
+    log_in(page, f"http://{asgi_server}", user)
+    page.goto(f"http://{asgi_server}/budgets/{budget.pk}/")
+    page.wait_for_function("() => document.querySelector('#budget-curve')._fullLayout")
+    titles = page.eval_on_selector("#budget-curve", "d => [d._fullLayout.xaxis.title.text, "
+                                                    "d._fullLayout.yaxis.title.text]")
+    assert titles == ["multiple of the BF16 engine's mismatch (measured)", "held-out accuracy after equal steps (%)"]

@@ -166,7 +166,7 @@ def test_compare_from_the_list(member, asgi_server, page):
     expect(page.locator(".compare-chart")).to_have_count(3)
     chart = ".compare-chart[data-key='mismatch/rollout_k3']"
     page.wait_for_function(f"() => (d => d.data && d.data.length === 2)(document.querySelector(\"{chart}\"))")
-    assert page.eval_on_selector(chart, "d => d.data.map(t => t.name)") == [f"#{b.pk}", f"#{a.pk}"]
+    assert page.eval_on_selector(chart, "d => d.data.map(t => t.name)") == [f"#{b.pk} fp8_e4m3", f"#{a.pk} bf16"]
     assert page.eval_on_selector(chart, "d => d.data[0].y[0] / d.data[1].y[0]") == 2.0
     # The shareable URL with only the differences.
     page.click("#only-differences")
@@ -243,3 +243,20 @@ def test_a_live_chart_follows_new_points_until_zoomed_and_again_after_a_reset(me
                                timeout=10_000)
     finally:
         sink.close()
+
+
+def test_step_axes_tick_whole_steps_and_a_calibrations_axis_says_ladder_level(member, asgi_server, page):
+    user, team = member
+    job = Job.objects.create(team=team, created_by=user, kind="calibration", name="ladder", state=JobState.SUCCEEDED,
+                             config={}, result=None)
+    sink = TraceSink(job.pk)
+    sink.add_many("calibration/accuracy", [0, 1, 2], [0.76, 0.75, 0.70], [1.7e9, 1.7e9 + 1, 1.7e9 + 2])
+    sink.close()
+    log_in(page, f"http://{asgi_server}", user)
+    page.goto(f"http://{asgi_server}/jobs/{job.pk}/")
+    page.wait_for_function("() => document.querySelector('#charts .chart') && "
+                           "document.querySelector('#charts .chart')._fullLayout")
+    axis = page.eval_on_selector("#charts .chart", "d => ({title: d._fullLayout.xaxis.title.text, "
+                                                   "ticks: d._fullLayout.xaxis._vals.map(v => v.x)})")
+    assert axis["title"] == "ladder level (0: the BF16 baseline)"
+    assert axis["ticks"] and all(float(t).is_integer() for t in axis["ticks"]), axis  # no tick at step 0.5
