@@ -70,6 +70,7 @@ def provenance_of(approval, facts: CheckpointFacts | None = None) -> Provenance:
         verdict=verdict_of(job) or "?", multiple=(job.result or {}).get("multiple"),
         method=approval.budget.method if approval.budget else None,
         kv_scales_sha256=artifact.sha256 if uses_file else None,
+        unit_pair=approval.budget.pair if approval.budget and approval.budget.unit_trainer else None,
     )
 
 

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import models
 
 from workers.science.budget.config import BudgetFields, BudgetSpec
+from workers.science.results import unit_pair
 
 
 class ImmutableBudget(Exception):
@@ -35,6 +36,8 @@ class MismatchBudget(models.Model):
     method = models.CharField(max_length=40)
     metric = models.CharField(max_length=20)
     unit_engine = models.CharField(max_length=10)
+    # The unit pair's trainer half; null: calibrated before the pair was named (an fp32 trainer).
+    unit_trainer = models.CharField(max_length=10, null=True, blank=True)
     reference_value = models.FloatField(null=True)
     step = models.PositiveIntegerField(default=0)
     tolerance = models.FloatField()
@@ -59,6 +62,11 @@ class MismatchBudget(models.Model):
         if not self._state.adding and set(kwargs.get("update_fields") or ()) != {"superseded_by"}:
             raise ImmutableBudget("a budget is immutable once computed; calibrate again to supersede it")
         super().save(*args, **kwargs)
+
+    @property
+    def pair(self) -> str:
+        """The unit pair its multiples are of, in words."""
+        return unit_pair(self.unit_engine, self.unit_trainer)
 
     @property
     def is_current(self) -> bool:

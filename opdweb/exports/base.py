@@ -32,17 +32,22 @@ class Provenance:
     method: str | None = None  # the budget's training method (``opd:full``, ``opd:sampled+tis``, ``grpo``)
     #: sha256 of the KV-scale file the export ships (the admission check's calibrated scales), if any
     kv_scales_sha256: str | None = None
+    #: the unit pair of the multiple and the budget (``vllm BF16 engine / bf16 trainer``); None for
+    #: budgets calibrated before the pair was named
+    unit_pair: str | None = None
 
     def fields(self) -> dict:
-        """The provenance as a mapping for JSON / YAML exports; ``kv_scales_sha256`` only where
-        a scale file ships, so the files approved before it existed keep their bytes."""
+        """The provenance as a mapping for JSON / YAML exports; ``kv_scales_sha256`` and
+        ``unit_pair`` only where set, so the files approved before they existed keep their bytes."""
         out = asdict(self)
-        if out["kv_scales_sha256"] is None:
-            del out["kv_scales_sha256"]
+        for late in ("kv_scales_sha256", "unit_pair"):
+            if out[late] is None:
+                del out[late]
         return out
 
     def line(self) -> str:
-        measured = f"{self.multiple:g}x BF16, " if self.multiple is not None else ""
+        unit = f" ({self.unit_pair})" if self.unit_pair else ""
+        measured = f"{self.multiple:g}x BF16{unit}, " if self.multiple is not None else ""
         scales = f"; KV scales file sha256 {self.kv_scales_sha256}" if self.kv_scales_sha256 else ""
         return (f"opdweb rollout config {self.config_hash} ({self.config_name}) for {self.checkpoint}; "
                 f"approval #{self.approval_id} by {self.approved_by} at {self.approved_at}; "

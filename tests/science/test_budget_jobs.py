@@ -73,6 +73,10 @@ def test_admission_of_bf16_passes_and_a_pushed_config_fails(student, tmp_path, b
     ({"task": "arithmetic:3"}, None, "calibrated on task 'arithmetic:3'"),
     ({"metric": "chi3"}, None, "--budget (metric): Input should be"),
     ({}, ("--metric", "k1"), "differs from the budget's metric 'k3'"),
+    # the unit pair's trainer half: a budget against a bf16 trainer judges no fp32-trainer multiple, and a budget
+    # calibrated before the pair was named (an fp32 trainer) no bf16-trainer one
+    ({"unit_trainer": "bf16"}, ("--trainer-dtype", "fp32"), "against the bf16 trainer (hf BF16 engine / bf16 trainer)"),
+    ({}, ("--trainer-dtype", "bf16"), "against the fp32 trainer (hf BF16 engine / fp32 trainer), this check's is bf16"),
 ])
 def test_admission_refuses_a_budget_that_does_not_apply(student, tmp_path, budget_file, over, flag, message):
     args = ["admit", "--model", student, "--config", yaml_file(tmp_path, "weights: fp8_e4m3\n"),

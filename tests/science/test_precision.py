@@ -68,6 +68,20 @@ def test_a_multiple_inside_the_floor_is_flagged(student):
         assert any(w.startswith("floor:") for w in r["warnings"])
 
 
+def test_the_unit_pair_is_the_papers_where_vllm_is_the_unit_and_fp32_against_the_hf_engine(student):
+    from workers.science.preflight import preflight, unit_trainer, vllm_importable
+
+    assert unit_trainer("auto", "vllm") == "bf16" and unit_trainer("auto", "hf") == "fp32"
+    assert unit_trainer("fp16", "vllm") == "fp16"  # asked for: as asked
+    hf = preflight(MismatchJobConfig(model=student, reference_engine="hf", device="cpu"))
+    assert (hf.unit_engine, hf.trainer_dtype) == ("hf", "fp32")
+    r = run_mismatch(job(student, rollout={"weights": "fp8_e4m3"}, target_ci=0, prompts=16)).model_dump(mode="json")
+    assert r["unit"]["trainer"] == r["trainer_dtype"] == "fp32"  # both halves of the pair on the report
+    if vllm_importable() is None:
+        vllm = preflight(MismatchJobConfig(model=student, reference_engine="vllm", device="cpu"))
+        assert (vllm.unit_engine, vllm.trainer_dtype) == ("vllm", "bf16")
+
+
 def test_a_bf16_trainer_is_flagged(student):
     r = run_mismatch(job(student, rollout={"weights": "fp8_e4m3"}, trainer_dtype="bf16", target_ci=0,
                          prompts=64)).model_dump(mode="json")
@@ -81,10 +95,13 @@ def test_the_default_unit_is_vllm_where_it_runs_and_both_units_can_be_reported(s
 
     if vllm_importable() is not None:
         pytest.skip("vLLM cannot be imported here")
+    # Against an fp32 trainer, so that the hf unit is not the trainer's own arithmetic (the default pair, vllm /
+    # bf16, is resolved by the preflight: test_the_unit_pair_is_the_papers_where_vllm_is_the_unit...).
     cfg = MismatchJobConfig(model=student, rollout=RolloutConfig(weights="fp8_e4m3"), prompts=64, device="cpu",
-                            target_ci=0, bootstrap=200, compare_units=True)
+                            target_ci=0, bootstrap=200, compare_units=True, trainer_dtype="fp32")
     r = run_mismatch(cfg).model_dump(mode="json")
     assert r["unit"]["engine"] == "vllm" and "standard BF16 engine" in r["unit"]["why"]
+    assert r["unit"]["trainer"] == "fp32"
     assert r["unit"]["versions"]["vllm"]
     assert set(r["units"]) == {"vllm", "hf"}
     assert r["multiple"] == r["units"]["vllm"]["multiple"]

@@ -45,6 +45,8 @@ def fold_dtype_alias(value: Any) -> Any:
 
 
 ComputeDtype = Annotated[Literal["fp32", "bf16", "fp16"], BeforeValidator(fold_dtype_alias)]
+#: The trainer half of a unit pair: a compute dtype, or ``auto`` (the preflight resolves it).
+TrainerDtype = Annotated[Literal["auto", "fp32", "bf16", "fp16"], BeforeValidator(fold_dtype_alias)]
 WeightFormat = Annotated[Literal["bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4"], BeforeValidator(fold_dtype_alias)]
 ScaleGranularity = Literal["tensor", "channel", "block"]
 KvCacheFormat = Literal["none", "fp8_e4m3", "fp8_e5m2"]
@@ -229,7 +231,12 @@ class _JobConfig(_Strict):
                              description="Sampling and prompt seed; overrides the rollout config's seed (the "
                                          "report says so). Default: the rollout config's.")
     batch_size: int = Field(64, ge=1, le=4096)
-    trainer_dtype: ComputeDtype = "fp32"
+    trainer_dtype: TrainerDtype = Field(
+        "auto", description="The trainer half of the unit pair, the precision the trainer computes logprobs in. "
+                            "auto: the paper's pair where vLLM is the unit (a standard BF16 engine against a BF16 "
+                            "trainer: BF16 weights and logits, log-softmax in fp32, as verl's FSDP actor computes "
+                            "them), fp32 where the hf engine is (its BF16 engine against a BF16 trainer is the same "
+                            "arithmetic, so the unit would be almost no mismatch).")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     threads: int | None = Field(None, ge=1, le=512)
     cache_dir: str | None = Field(

@@ -109,7 +109,7 @@ def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> DriftRep
         "mismatch_after_divergence": after,
         "metric": "k3",
         **body.model_dump(mode="json", include={"value", "reference_value", "multiple", "multiple_ci", "tokens"}),
-        "unit": {"engine": ref_cfg.engine, "dtype": "bf16",
+        "unit": {"engine": ref_cfg.engine, "dtype": "bf16", "trainer": session.trainer_dtype,
                  "why": "drift compares decodes of one engine under common random numbers"},
         "bootstrap": cfg.bootstrap,
         "warnings": session.warnings,

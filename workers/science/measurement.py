@@ -94,9 +94,10 @@ class MeasurementSession:
         self.prompt_ids: list[list[int]] = []
         self.prompt_set: PromptSet | None = None
         self.extend_prompts(job.prompts)
-        self.trainer = HFEngine.trainer(job.model, job.trainer_dtype, self.device)
+        self.trainer_dtype = checked.trainer_dtype  # the unit pair's trainer half, resolved by the preflight
+        self.trainer = HFEngine.trainer(job.model, self.trainer_dtype, self.device)
         self.model_config = self.trainer.model.config
-        self.base_model = self.trainer.model if job.trainer_dtype == "fp32" else None
+        self.base_model = self.trainer.model if self.trainer_dtype == "fp32" else None
         self.rollout = job.rollout_effective
         self.unit_engine = checked.unit_engine
         self.unit_reason = checked.unit_reason
@@ -262,7 +263,7 @@ class MeasurementSession:
             "model": str(model.resolve()) if model.exists() else self.job.model,
             "checkpoint": checkpoint_digest(model), "tokenizer": tokenizer_digest(model),
             "prompts": token_ids_digest(self.prompt_ids[start:stop]), "start": start, "task": self.task,
-            "rollout": cfg.model_dump(mode="json"), "trainer_dtype": self.job.trainer_dtype,
+            "rollout": cfg.model_dump(mode="json"), "trainer_dtype": self.trainer_dtype,
             "batch_size": self.job.batch_size, "device": self.device.type,
             "versions": library_versions(cfg.engine), "code": MEASUREMENT_VERSION,
         }

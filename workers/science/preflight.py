@@ -48,6 +48,7 @@ class Preflight:
     unit_engine: str  # "hf" | "vllm"
     unit_reason: str
     warnings: list[str] = field(default_factory=list)
+    trainer_dtype: str = "fp32"  # the trainer half of the unit pair, resolved (never "auto")
 
 
 def _local(model: str) -> bool:
@@ -222,7 +223,17 @@ def preflight(job: _JobConfig) -> Preflight:
         problems.append(f"task: {exc}")
     if problems:
         raise PreflightError(problems)
-    if job.trainer_dtype == "bf16":
-        warnings.append("trainer_dtype bf16: the trainer is the BF16 unit's own dtype, so the reference mismatch is "
-                        "near zero and multiples divide by almost nothing; use trainer_dtype fp32")
-    return Preflight(task, unit, reason, warnings)
+    trainer = unit_trainer(job.trainer_dtype, unit)
+    if trainer == "bf16" and unit == "hf":
+        warnings.append("trainer_dtype bf16 against the hf unit: the trainer computes what the hf BF16 engine does, so "
+                        "the reference mismatch is near zero and multiples divide by almost nothing; use the vllm "
+                        "unit (the paper's pair) or trainer_dtype fp32")
+    return Preflight(task, unit, reason, warnings, trainer)
+
+
+def unit_trainer(asked: str, unit_engine: str) -> str:
+    """The trainer half of the unit pair: ``auto`` is the paper's (a BF16 trainer) against the
+    vLLM unit and fp32 against the hf one (the config field's description says why)."""
+    if asked != "auto":
+        return asked
+    return "bf16" if unit_engine == "vllm" else "fp32"

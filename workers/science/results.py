@@ -20,6 +20,11 @@ CI = list[float | None] | None
 Number = int | float
 
 
+def unit_pair(engine: str, trainer: str | None) -> str:
+    """A unit pair in words: ``vllm BF16 engine / bf16 trainer`` (no trainer recorded: fp32)."""
+    return f"{engine} BF16 engine / {trainer or 'fp32'} trainer"
+
+
 class JobResult(BaseModel):
     """Base of every kind's result: unknown keys are refused (a malformed result fails the
     job that produced it), and keys in ``optional_keys`` are dumped only when set."""
@@ -46,13 +51,20 @@ class KvCapacity(JobResult):
 
 
 class UnitOfMultiple(JobResult):
-    """The BF16 engine a multiple is measured in, and why that one."""
+    """The unit pair a multiple is measured in: the BF16 engine and the trainer that scores its
+    tokens (``trainer``: the precision it computes logprobs in; absent from results measured
+    before the pair was named, which were all against an fp32 trainer), and why that engine."""
 
-    optional_keys = frozenset({"versions"})
+    optional_keys = frozenset({"versions", "trainer"})
 
     engine: str
     dtype: str
+    trainer: str | None = None
     why: str | None = None
+
+    @property
+    def pair(self) -> str:
+        return unit_pair(self.engine, self.trainer)
     versions: dict[str, Any] | None = None
 
 

@@ -199,7 +199,7 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
         "prompts": len(session.prompt_ids),
         "granularity": cfg.granularity,
         "rollout": rollout.model_dump(mode="json"),
-        "unit": {"engine": run.ref.cfg.engine, "dtype": "bf16",
+        "unit": {"engine": run.ref.cfg.engine, "dtype": "bf16", "trainer": session.trainer_dtype,
                  "why": session.unit_reason if own_unit else "asked for"},
         "warnings": session.warnings,
         **full_report.model_dump(mode="json", include={"value", "reference_value", "multiple", "multiple_ci",

@@ -5,21 +5,24 @@ training; the mismatch job's measurement, on the budget's metric and unit engine
 gives the verdict of :func:`~workers.science.budget.arithmetic.decide`, the margin, the
 KV capacity gain, the prefix drift diagnostic and, when asked, the layers that contribute
 most and the cheapest recipe within the budget.  A budget calibrated on another checkpoint
-(content hash), task, metric or unit engine is refused before anything is measured.
+(content hash), task, metric or unit pair (engine and trainer) is refused before anything is
+measured.
 """
 from __future__ import annotations
 
 from ..config import ConfigError, DriftJobConfig, MismatchJobConfig
 from ..fingerprint import checkpoint_digest
 from ..reporting import NullReporter, Reporter, SubReporter
+from ..results import unit_pair
 from .arithmetic import decide
 from .config import AdmissionJobConfig, BudgetSpec
 from .results import AdmissionVerdict
 
 
-def budget_problems(spec: BudgetSpec, digest: str | None, task: str, unit_engine: str) -> list[str]:
+def budget_problems(spec: BudgetSpec, digest: str | None, task: str, unit_engine: str,
+                    unit_trainer: str = "fp32") -> list[str]:
     """Why ``spec`` cannot judge a measurement of the checkpoint whose content is ``digest``
-    on ``task`` against ``unit_engine``."""
+    on ``task`` in the unit pair (``unit_engine``, ``unit_trainer``)."""
     problems = []
     if spec.checkpoint_hash and digest and spec.checkpoint_hash != digest:
         problems.append(f"budget: calibrated on checkpoint {spec.checkpoint!r} (content {spec.checkpoint_hash[:12]}), "
@@ -29,6 +32,11 @@ def budget_problems(spec: BudgetSpec, digest: str | None, task: str, unit_engine
     if spec.unit_engine != unit_engine:
         problems.append(f"budget: its multiples are of the {spec.unit_engine} BF16 engine, this check's unit is "
                         f"{unit_engine}; set reference_engine to {spec.unit_engine}")
+    budget_trainer = spec.unit_trainer or "fp32"
+    if budget_trainer != unit_trainer:
+        pair = unit_pair(spec.unit_engine, budget_trainer)
+        problems.append(f"budget: its multiples are against the {budget_trainer} trainer ({pair}), this check's is "
+                        f"{unit_trainer}; set trainer_dtype to {budget_trainer}")
     return problems
 
 
@@ -42,12 +50,15 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
     if not isinstance(spec, BudgetSpec):
         raise ConfigError(f"budget #{spec} is an id the product resolves; here give the budget's JSON file (its page "
                           "offers it: /api/budgets/ID/spec)")
+    # The pair is the budget's unless asked otherwise (then refused below when it differs).
     reference = spec.unit_engine if cfg.reference_engine in (None, "auto") else cfg.reference_engine
+    trainer = (spec.unit_trainer or "fp32") if cfg.trainer_dtype == "auto" else cfg.trainer_dtype
     measurement = MismatchJobConfig.model_validate(
-        {**cfg.model_dump(include=set(MismatchJobConfig.model_fields)), "reference_engine": reference})
+        {**cfg.model_dump(include=set(MismatchJobConfig.model_fields)), "reference_engine": reference,
+         "trainer_dtype": trainer})
     checked = preflight(measurement)
     digest = checkpoint_digest(cfg.model)
-    problems = budget_problems(spec, digest, checked.task, checked.unit_engine)
+    problems = budget_problems(spec, digest, checked.task, checked.unit_engine, checked.trainer_dtype)
     if problems:
         raise ConfigError("; ".join(problems))
 

@@ -229,7 +229,7 @@ def _common(cfg: CalibrationJobConfig, ladder: _Ladder, learned: Learning) -> di
     return dict(
         checkpoint=cfg.model, checkpoint_hash=checkpoint_digest(cfg.model), teacher=cfg.teacher,
         task=first.task, method=cfg.method_label(), metric=cfg.metric,
-        unit_engine=first.unit.engine, reference_value=first.reference_value,
+        unit_engine=first.unit.engine, unit_trainer=first.unit.trainer or "fp32", reference_value=first.reference_value,
         step=checkpoint_step(cfg.model), steps=cfg.steps, seeds=cfg.seeds, tolerance=cfg.tolerance,
         confidence=cfg.confidence, resolution=cfg.resolution,
         learning=Learned(**asdict(learned), informative=learned.informative),

@@ -13,6 +13,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field, field_validator, model_validator
 
 from ..config import MetricName, MismatchJobConfig, UnitEngine, _Strict
+from ..results import unit_pair
 from ..training.config import TrainJobConfig
 from .arithmetic import BudgetStatus
 
@@ -122,12 +123,20 @@ class BudgetFields(_Strict):
     method: str = Field(..., max_length=40)
     metric: MetricName
     unit_engine: Literal["hf", "vllm"]
+    unit_trainer: Literal["fp32", "bf16", "fp16"] | None = Field(
+        None, description="The trainer half of the unit pair (None: calibrated before the pair was named, against an "
+                          "fp32 trainer).")
     reference_value: float | None = None
     budget: float | None = Field(..., description="The budget multiple (None: below the lowest level; with status "
                                                   "not_reached, a lower bound).")
     status: BudgetStatus
     step: int = Field(0, ge=0)
     tolerance: float = Field(1.4, ge=0.0)
+
+    @property
+    def pair(self) -> str:
+        """The unit pair its multiples are of, in words."""
+        return unit_pair(self.unit_engine, self.unit_trainer)
 
 
 class BudgetSpec(BudgetFields):
