@@ -188,3 +188,13 @@ def test_the_budget_curve_has_axis_titles(member, asgi_server, page):
     titles = page.eval_on_selector("#budget-curve", "d => [d._fullLayout.xaxis.title.text, "
                                                     "d._fullLayout.yaxis.title.text]")
     assert titles == ["multiple of the BF16 engine's mismatch (measured)", "held-out accuracy after equal steps (%)"]
+
+
+def test_the_budgets_page_says_how_to_calibrate_and_links_an_example_that_learns(member, client):
+    user, _ = member
+    page = client_page(client, user, "/budgets/")
+    assert 'id="how-to-calibrate" open' in page and 'href="/jobs/new/?kind=calibration"' in page
+    form = client_page(client, user, "/jobs/new/?kind=calibration")
+    # the example the form offers: the steps and batch on which the toy student learns (tested by training it in
+    # tests/science/test_budget_jobs.py::test_the_calibration_example_offered_on_the_form_learns)
+    assert "&quot;steps&quot;: 150" in form and "&quot;batch_size&quot;: 8" in form
