@@ -5,7 +5,7 @@ message (and, for invalid fields, one ``{field, message}`` per problem).
 """
 from __future__ import annotations
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from workers.science.config import validation_problems
 
@@ -17,8 +17,9 @@ class Refused(ValueError):
         self.details = details or []
 
     @classmethod
-    def invalid(cls, exc: ValidationError, what: str, root: str) -> "Refused":
-        """A 400 naming every invalid field of ``what``; ``root`` names the whole object."""
-        details = validation_problems(exc, root=root)
+    def invalid(cls, exc: ValidationError, what: str, root: str, model: type[BaseModel] | None = None) -> "Refused":
+        """A 400 naming every invalid field of ``what`` (of ``model``, whose field names an
+        unknown one's "did you mean" comes from); ``root`` names the whole object."""
+        details = validation_problems(exc, root=root, model=model)
         summary = "; ".join(f"{d['field']}: {d['message']}" for d in details)
         return cls(f"{what}: {summary}" if what else summary, details=details)

@@ -45,7 +45,9 @@ class Api:
         except Refused as exc:
             return problem(exc.status, str(exc), exc.details)
         except ValidationError as exc:
-            refused = Refused.invalid(exc, "", root="(body)")
+            failed = next((m for m in (endpoint.body, endpoint.query) if m is not None and m.__name__ == exc.title),
+                          None)
+            refused = Refused.invalid(exc, "", root="(body)", model=failed)
             return problem(400, str(refused), refused.details)
         try:
             result = endpoint.view(request, **kwargs)

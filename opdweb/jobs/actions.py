@@ -48,7 +48,7 @@ def check_job_config(kind_name: str, config, team=None) -> tuple[JobKind, dict]:
         # Strict, as JSON: the types the OpenAPI document gives (no `false` for an integer).
         model = kind.config.model_validate_json(json.dumps(config), strict=True)
     except ValidationError as exc:
-        raise Refused.invalid(exc, f"invalid {kind.name} config", root="(config)") from None
+        raise Refused.invalid(exc, f"invalid {kind.name} config", root="(config)", model=kind.config) from None
     return kind, confine(kind.config, model.model_dump(mode="json"))
 
 

@@ -135,3 +135,16 @@ def test_a_catastrophic_regex_is_matched_in_linear_time():
 def test_it_refuses_regexes_re2_cannot_run_and_overlong_patterns():
     assert "not a valid RE2 pattern" in problems(r"keep_bf16: ['re:(a)\1']")[0]
     assert "at most 200 characters" in problems("keep_bf16: ['" + "x" * 201 + "']")[-1]
+
+
+def test_an_unknown_field_names_the_closest_known_one():
+    from workers.science.budget.config import CalibrationJobConfig
+
+    with pytest.raises(ValidationError) as caught:
+        CalibrationJobConfig.model_validate({"model": "m", "steeps": 10, "rollout": {"wieghts": "fp8_e4m3"},
+                                             "zzz": 1})
+    problems = {p["field"]: p["message"] for p in validation_problems(caught.value, model=CalibrationJobConfig)}
+    assert problems["steeps"] == "unknown field; did you mean 'steps'?"
+    assert problems["rollout.wieghts"] == "unknown field; did you mean 'weights'?"  # inside a nested model
+    assert problems["zzz"] == "unknown field"  # nothing close: no guess
+    assert {p["message"] for p in validation_problems(caught.value)} >= {"unknown field"}  # no model: no guess

@@ -235,3 +235,12 @@ def test_the_export_with_a_nul_key_answers_at_once(asgi_server, member):
     response = conn.getresponse()
     assert response.status == 400
     assert json.loads(response.read())["errors"] == [{"field": "key", "message": "contains a NUL character"}]
+
+
+def test_an_unknown_config_field_in_a_job_names_the_closest_field(member, client):
+    user, _ = member
+    client.force_login(user)
+    response = client.post("/api/jobs", data={"kind": "selftest", "config": {"stpes": 3}},
+                           content_type="application/json")
+    assert response.status_code == 400
+    assert {"field": "stpes", "message": "unknown field; did you mean 'steps'?"} in response.json()["errors"]

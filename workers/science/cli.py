@@ -183,7 +183,7 @@ def _job_config(kind: JobKind, args: argparse.Namespace):
         return kind.config.model_validate(fields)
     except ValidationError as exc:
         lines = []
-        for p in validation_problems(exc):
+        for p in validation_problems(exc, model=kind.config):
             name, _, rest = p["field"].partition(".")
             model = _file_model(kind.config.model_fields[name].annotation) if name in kind.config.model_fields else None
             if model is not None and rest:

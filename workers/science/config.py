@@ -7,6 +7,7 @@ index out of range, a block size that does not divide a weight) are raised as
 """
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Union, get_args
@@ -340,20 +341,44 @@ def _load_yaml_mapping(text: str, what: str) -> dict:
 _SHOW_INPUT = {"literal_error", "greater_than_equal", "less_than_equal", "greater_than", "less_than"}
 
 
-def validation_problems(exc: ValidationError, root: str = "config") -> list[dict]:
+def validation_problems(exc: ValidationError, root: str = "config",
+                        model: type[BaseModel] | None = None) -> list[dict]:
     """One ``{"field": "rollout.noise_sigma", "message": "must be >= 0 (got -0.1)"}`` per
-    problem; ``root`` names a problem with the whole object.  The CLI prints these, the web
-    answers them as a 400's ``errors``."""
+    problem; ``root`` names a problem with the whole object.  Given the ``model`` validated,
+    an unknown field names the closest known one (``unknown field; did you mean 'steps'?``).
+    The CLI prints these, the web answers them as a 400's ``errors``."""
     problems = []
     for err in exc.errors(include_url=False):
-        loc = ".".join(str(part) for part in err["loc"] if not str(part).startswith("function-after")) or root
+        parts = [part for part in err["loc"] if not str(part).startswith("function-after")]
+        loc = ".".join(str(part) for part in parts) or root
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] in _SHOW_INPUT:
             msg = f"{msg} (got {err.get('input')!r})"
         elif err["type"] == "extra_forbidden":
             msg = "unknown field"
+            close = difflib.get_close_matches(str(parts[-1]), _field_names(model, parts[:-1]), n=1, cutoff=0.6) \
+                if parts else []
+            if close:
+                msg += f"; did you mean {close[0]!r}?"
         problems.append({"field": loc, "message": msg})
     return problems
+
+
+def _field_names(model: type[BaseModel] | None, path: list) -> list[str]:
+    """The field names (and aliases) of the model found at ``path`` inside ``model`` ([] if none)."""
+    for part in path:
+        if model is None:
+            return []
+        field = model.model_fields.get(str(part))
+        model = next((t for t in (field.annotation, *get_args(field.annotation)) if isinstance(t, type)
+                      and issubclass(t, BaseModel)), None) if field is not None else None
+    if model is None:
+        return []
+    names = list(model.model_fields)
+    for field in model.model_fields.values():
+        alias = field.validation_alias
+        names += [a for a in getattr(alias, "choices", [alias]) if isinstance(a, str)]
+    return names
 
 
 def describe_validation_error(exc: ValidationError) -> list[str]:
