@@ -107,7 +107,11 @@ def test_not_reached_and_below_ladder():
     below = find_budget(base, [level(10, [0.3, 0.3]), level(100, [0.2, 0.2])])
     assert below.status == "below_ladder" and below.budget is None and below.bracket == (None, 10)
     assert extend_ladder([10, 100], "not_reached", 10) == [1000]
-    assert extend_ladder([10, 100], "below_ladder", 10) == [1]
+    assert extend_ladder([100, 1000], "below_ladder", 10) == [10]
+    # never down to 1x, the BF16 unit itself: halfway in log multiple instead, and nothing below 1.01x
+    assert extend_ladder([10, 100], "below_ladder", 10) == [3.16] and extend_ladder([3.16, 10], "below_ladder", 10) \
+        == [1.78]
+    assert extend_ladder([1.01, 10], "below_ladder", 10) == []
     assert extend_ladder([10, 100], "reached", 10) == []
 
 

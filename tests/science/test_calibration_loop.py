@@ -135,3 +135,14 @@ def test_learning_by_less_than_the_required_gain_is_uninformative(student, teach
 def test_bad_strict_rule_settings_are_refused(student, teacher, over, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         calibration(student, teacher, **over)
+
+
+def test_a_ladder_whose_lowest_level_fails_extends_below_it_but_never_to_1x(student, teacher):
+    # Accuracy holds only up to 5x: 10x already drops 5 points, so the ladder goes down: 10 / 10 would be 1x, the
+    # BF16 unit itself, so the next rung is sqrt(10) = 3.16x (within); then bisection between 3.16x and 10x.
+    world = PlantedWorld(lambda m: 0.60 if m <= 5 else 0.55)
+    r = run_calibration(calibration(student, teacher, max_extensions=2, resolution=1.5), world)
+    targets = [float(k.removeprefix("noise-")) for k in world.asked_for("noise-")]
+    assert targets[:3] == [10.0, 100.0, 3.16] and min(targets) > 1.0
+    low, high = r.bracket
+    assert r.status == "reached" and low <= 5 < high and high / low <= 1.5 and r.extensions == 1

@@ -222,12 +222,15 @@ def learning(starts: Sequence[float], finals: Sequence[float], required_points: 
 
 def extend_ladder(targets: Sequence[float], status: BudgetStatus, factor: float) -> list[float]:
     """One more rung where the ladder does not bracket: above the top when every level
-    passed, below the bottom when the lowest failed."""
+    passed, below the bottom when the lowest did not; a rung below stays above 1 (1 is the
+    BF16 unit itself): ``factor`` below the bottom, else halfway to 1 in log multiple, and
+    none once the bottom is within 1% of 1."""
     top, bottom = max(targets), min(targets)
     if status == "not_reached":
         return [top * factor]
     if status == "below_ladder":
-        return [bottom / factor]
+        lower = bottom / factor if bottom / factor > 1.0 else float(f"{math.sqrt(bottom):.3g}")
+        return [lower] if lower > 1.01 and lower < bottom else []
     return []
 
 
