@@ -103,9 +103,14 @@ def run(args, team, user, student: str, teacher: str) -> dict:
         "eval_prompts": args.eval_prompts, "device": "cpu", "threads": 1},
                  "time to quality") if args.ttq_steps else None
 
-    out["budgets"] = {}
+    out["budgets"], out["failed"] = {}, {}
     for method, job in calibrations.items():
-        job = finished(job, args.timeout)
+        try:
+            job = finished(job, args.timeout)
+        except RuntimeError as exc:  # a refused ladder (its lowest level never within) is a finding, not a crash
+            out["failed"][method] = str(exc)
+            print(f"{method}: {exc}", flush=True)
+            continue
         budget = stored_budget(job)
         out["budgets"][method] = {"id": budget.pk if budget else None, "wall_s": wall_s(job), **job.result}
         print(f"{method}: budget {job.result['budget']} ({job.result['status']}) in {wall_s(job):.0f} s", flush=True)
@@ -163,6 +168,8 @@ def tables(r: dict) -> str:
         bracket = " – ".join("-" if x is None else f"{x:.3g}x" for x in b["bracket"])
         lines.append(f"| {method} | {value} | {bracket} | {100 * b['baseline']['mean']:.1f} ± "
                      f"{100 * b['baseline']['sd']:.1f} | {levels} | {b['wall_s']:.0f} s |")
+    for method, why in r.get("failed", {}).items():
+        lines.append(f"| {method} | no budget | - | - | {why} | - |")
     if "admission" in r:
         a = r["admission"]
         recipe = a.get("recipe") or {}
