@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "opdweb.rollouts",
     "opdweb.approvals",
     "opdweb.registry",
+    "opdweb.tokens",
 ]
 
 MIDDLEWARE = [
@@ -122,6 +123,9 @@ AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=1
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = False
+
+# Writes one API token may make per minute (opdweb/tokens/rate_limit.py); past it, 429 with Retry-After.
+API_TOKEN_WRITES_PER_MINUTE = env.int("API_TOKEN_WRITES_PER_MINUTE", default=1200)
 
 # A failed CSRF check under /api/ is a JSON 403 like every other API refusal.
 CSRF_FAILURE_VIEW = "opdweb.api.errors.csrf_failure"
