@@ -19,18 +19,20 @@ class RequestSizeLimit:
         except ValueError:
             length = 0
         if length > limit:
-            return too_large(f"request body of {length} bytes exceeds the limit of {limit} bytes")
+            return too_large(request, f"request body of {length} bytes exceeds the limit of {limit} bytes")
         if "CONTENT_LENGTH" not in request.META and request.method not in ("GET", "HEAD", "OPTIONS"):
             # A chunked body says nothing of its size up front: reading it (already
             # buffered by the ASGI handler) checks the real size against the limit.
             try:
                 _ = request.body
             except RequestDataTooBig:
-                return too_large(f"request body exceeds the limit of {limit} bytes")
+                return too_large(request, f"request body exceeds the limit of {limit} bytes")
         return self.get_response(request)
 
 
-def too_large(detail: str) -> JsonResponse:
+def too_large(request, detail: str) -> JsonResponse:
+    if request.path.startswith("/mlflow/"):  # MLflow's clients read MLflow's error shape
+        return JsonResponse({"error_code": "INVALID_PARAMETER_VALUE", "message": detail}, status=413)
     return JsonResponse({"detail": detail, "errors": []}, status=413)
 
 

@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "opdweb.approvals",
     "opdweb.registry",
     "opdweb.tokens",
+    "opdweb.runs",
 ]
 
 MIDDLEWARE = [

@@ -22,6 +22,8 @@ urlpatterns = [
     path("teams/", include("opdweb.teams.urls")),
     path("models/", include("opdweb.registry.urls")),
     path("tokens/", include("opdweb.tokens.urls")),
+    # MLflow's tracking API, for trainers' MLflow loggers (MLFLOW_TRACKING_URI=<here>/mlflow).
+    path("mlflow/", include("opdweb.runs.urls")),
     path("status/", health.status_page, name="status"),
     path("healthz", health.healthz, name="healthz"),
     path("api/", include(api.urls())),
