@@ -41,7 +41,8 @@ class Api:
 
     def handle(self, endpoint: Endpoint, request, kwargs) -> HttpResponse:
         if not request.user.is_authenticated:
-            return problem(401, "log in first")
+            return problem(401, "log in first, or send an API token as 'Authorization: Bearer opd_...'",
+                           headers={"WWW-Authenticate": 'Bearer realm="opdweb"'})
         try:
             bad_query = _query_problem(endpoint, request.GET)
             if bad_query is not None:

@@ -8,9 +8,11 @@ import pytest
 from django.test import Client, override_settings
 
 from opdweb.jobs.models import Job
+from opdweb.refusals import Refused
 from opdweb.teams.models import AuditEntry, Role
 from opdweb.tokens.actions import do_create_token, do_revoke_token
 from opdweb.tokens.models import ApiToken
+from opdweb.tokens.rate_limit import take_write
 from tests.web.factories import JobFactory, MembershipFactory, TeamFactory
 
 pytestmark = pytest.mark.django_db
@@ -140,16 +142,27 @@ def test_the_session_still_works_and_still_needs_its_csrf_token(member):
     assert Client().get("/api/jobs").status_code == 401  # neither a session nor a token
 
 
-@override_settings(API_TOKEN_WRITES_PER_MINUTE=2)
-def test_writes_past_the_tokens_rate_get_429_with_retry_after(member, write_secret):
-    statuses = [submit(Client(), bearer(write_secret)).status_code for _ in range(2)]
-    assert statuses == [201, 201]
+@override_settings(API_TOKEN_WRITES_PER_MINUTE=0)
+def test_a_write_past_the_tokens_rate_gets_429_with_retry_after_and_writes_nothing(member, write_secret):
     response = submit(Client(), bearer(write_secret))
     assert response.status_code == 429 and "writes this minute" in response.json()["detail"]
     assert 1 <= int(response["Retry-After"]) <= 60
-    assert Job.objects.count() == 2
-    # Reads are not limited.
-    assert Client().get("/api/jobs", **bearer(write_secret)).status_code == 200
+    assert Job.objects.count() == 0
+    assert Client().get("/api/jobs", **bearer(write_secret)).status_code == 200  # reads are not limited
+
+
+@override_settings(API_TOKEN_WRITES_PER_MINUTE=3)
+def test_the_rate_counts_each_tokens_writes_per_minute_in_redis(member, write_secret):
+    token = ApiToken.objects.get()
+    minute = 1_800_000_000 // 60 * 60  # the start of some minute
+    for second in (0, 10, 20):
+        take_write(token.pk, now=minute + second)
+    with pytest.raises(Refused) as refused:
+        take_write(token.pk, now=minute + 45.5)
+    assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "15"}
+    take_write(token.pk, now=minute + 60)  # a new minute, a new count
+    other = do_create_token(user=token.user, team=token.team, name="other", can_write=True)[0]
+    take_write(other.pk, now=minute + 50)  # another token's count is its own
 
 
 def test_the_openapi_document_lists_the_bearer_scheme(client):

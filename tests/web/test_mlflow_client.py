@@ -13,7 +13,8 @@ import pytest
 from opdweb.jobs.models import Job, JobState
 from opdweb.runs.models import MlflowRun
 from opdweb.teams.models import AuditEntry
-from opdweb.tokens.actions import do_create_token
+from opdweb.tokens.actions import do_create_token, do_revoke_token
+from opdweb.tokens.models import ApiToken
 from opdweb.traces.models import TracePoint
 
 STEPS = range(5)
@@ -151,3 +152,21 @@ def test_the_runs_points_come_out_of_the_products_export_and_charts_unchanged(ml
     assert [b[3] for b in buckets] == [0.5, 0.5, "NaN", 0.5, 0.5]
     # The default experiment ("0" to the client) is the team's "Default".
     assert job.config["mlflow"]["experiment"] == "Default"
+
+
+def test_a_token_revoked_mid_run_stops_the_client_with_the_reason_and_nothing_is_written(mlflow_client, member):
+    from mlflow.exceptions import MlflowException
+
+    mlflow = mlflow_client
+    user, _ = member
+    run = mlflow.start_run()
+    mlflow.log_metric("train/loss", 1.0, step=0)
+    do_revoke_token(token=ApiToken.objects.get(), actor=user)
+    with pytest.raises(MlflowException, match="was revoked"):
+        mlflow.log_metric("train/loss", 0.5, step=1)
+    with pytest.raises(MlflowException, match="UNAUTHENTICATED"):
+        mlflow.end_run()
+    job = MlflowRun.objects.get(run_id=run.info.run_id).job
+    assert stored_points(job) == [("train/loss", 0, 1.0)]
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING

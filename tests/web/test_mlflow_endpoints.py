@@ -323,6 +323,15 @@ def test_a_read_only_token_reads_runs_and_cannot_log(tracking, run_id, member):
     assert Job.objects.count() == 1
 
 
+def test_a_token_past_its_write_rate_gets_request_limit_exceeded_and_writes_nothing(tracking, run_id, settings):
+    settings.API_TOKEN_WRITES_PER_MINUTE = 0  # every write is one too many (the run was made before)
+    response = tracking.batch(run_id, metrics=[metric("loss", 1.0, 0)])
+    assert_refused(response, 429, "REQUEST_LIMIT_EXCEEDED", "writes this minute")
+    assert 1 <= int(response["Retry-After"]) <= 60
+    assert_nothing_written(run_id)
+    assert tracking.get("runs/get", run_id=run_id).status_code == 200  # reads are not limited
+
+
 def test_an_endpoint_opdweb_does_not_serve_is_endpoint_not_found(tracking):
     assert_refused(tracking.post("runs/delete", {"run_id": "x"}), 404, "ENDPOINT_NOT_FOUND", "does not serve")
     assert_refused(tracking.get("runs/log-batch"), 405, "ENDPOINT_NOT_FOUND", "use POST")
