@@ -58,6 +58,8 @@ class RefuseNulCharacters:
             for name, values in data.lists():
                 if "\x00" in name or any("\x00" in value for value in values):
                     detail = f"{what} {name!r} contains a NUL character"
+                    if request.path.startswith("/mlflow/"):  # MLflow's error shape for its clients
+                        return JsonResponse({"error_code": "INVALID_PARAMETER_VALUE", "message": detail}, status=400)
                     if request.path.startswith("/api/"):
                         errors = [{"field": name, "message": "contains a NUL character"}]
                         return JsonResponse({"detail": detail, "errors": errors}, status=400)

@@ -35,13 +35,18 @@ def experiment_by_name(token: ApiToken, name: str) -> MlflowExperiment:
     return exp
 
 
-def experiment_by_id(token: ApiToken, experiment_id: str) -> MlflowExperiment:
+def experiment_by_id(token: ApiToken, experiment_id: str, *, make_default: bool = False) -> MlflowExperiment:
+    """The team's experiment ``experiment_id``; ``"0"`` is the team's "Default", made by the
+    first run started in it (``make_default``), not by a read."""
     if experiment_id == DEFAULT_EXPERIMENT_ID:
-        exp, _ = MlflowExperiment.objects.get_or_create(team_id=token.team_id, name=DEFAULT_EXPERIMENT_NAME,
-                                                        defaults={"created_by": token.user})
-        return exp
-    exp = (MlflowExperiment.objects.filter(team=token.team_id, pk=int(experiment_id)).first()
-           if experiment_id.isdigit() and len(experiment_id) < 19 else None)
+        if make_default:
+            exp, _ = MlflowExperiment.objects.get_or_create(team_id=token.team_id, name=DEFAULT_EXPERIMENT_NAME,
+                                                            defaults={"created_by": token.user})
+            return exp
+        exp = MlflowExperiment.objects.filter(team=token.team_id, name=DEFAULT_EXPERIMENT_NAME).first()
+    else:
+        exp = (MlflowExperiment.objects.filter(team=token.team_id, pk=int(experiment_id)).first()
+               if experiment_id.isdigit() and len(experiment_id) < 19 else None)
     if exp is None:
         raise errors.not_found(f"No experiment with id {experiment_id!r} in team {token.team.slug}")
     return exp
@@ -85,7 +90,7 @@ def do_start_run(token: ApiToken, *, experiment_id: str, user_id: str, start_tim
     name = name or f"run {run_id[:8]}"
     tag_map.setdefault(RUN_NAME_TAG, name)
     with transaction.atomic():
-        exp = experiment_by_id(token, experiment_id)
+        exp = experiment_by_id(token, experiment_id, make_default=True)
         config = {"mlflow": {"experiment_id": str(exp.pk), "experiment": exp.name, "run_id": run_id},
                   "params": {}, "tags": tag_map}
         job = Job.open_external(team=token.team, user=token.user, name=name, config=config)

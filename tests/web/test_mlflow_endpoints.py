@@ -296,6 +296,20 @@ def test_another_teams_run_is_refused_and_untouched(tracking, run_id, member):
     assert job_of(run_id).state == JobState.RUNNING
 
 
+def test_the_default_experiment_is_made_by_the_first_run_in_it_not_by_a_read(tracking):
+    assert_refused(tracking.get("experiments/get", experiment_id="0"), 404, "RESOURCE_DOES_NOT_EXIST", "No experiment")
+    assert not MlflowExperiment.objects.exists()
+    tracking.start_run()
+    assert tracking.get("experiments/get", experiment_id="0").json()["experiment"]["name"] == "Default"
+
+
+def test_a_nul_character_is_refused_in_mlflows_shape(tracking, run_id):
+    assert_refused(tracking.get("runs/get", run_id="a\x00b"), 400, "INVALID_PARAMETER_VALUE", "NUL")
+    response = tracking.batch(run_id, tags=[{"key": "t", "value": "a\x00b"}])
+    assert_refused(response, 400, "INVALID_PARAMETER_VALUE", "NUL character")
+    assert "t" not in job_of(run_id).config["tags"]
+
+
 def test_a_run_cannot_start_in_another_teams_experiment(tracking, member):
     exp = MlflowExperiment.objects.create(team=TeamFactory(), name="theirs")
     assert_refused(tracking.post("runs/create", {"experiment_id": str(exp.pk)}), 404, "RESOURCE_DOES_NOT_EXIST",
