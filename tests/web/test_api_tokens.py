@@ -214,3 +214,15 @@ def test_nobody_else_can_revoke_a_token(member, write_secret, outsider):
     assert client.post(f"/tokens/{token.pk}/revoke/").status_code == 404
     token.refresh_from_db()
     assert not token.is_revoked
+
+
+def test_a_team_admin_sees_and_may_revoke_a_members_token(member, write_secret, make_user):
+    _, team = member
+    admin = make_user(team, Role.ADMIN)
+    client = Client()
+    client.force_login(admin)
+    token = ApiToken.objects.get()
+    assert token.hint.encode() in client.get("/tokens/").content
+    assert client.post(f"/tokens/{token.pk}/revoke/").status_code == 302
+    assert AuditEntry.objects.get(action="token.revoked").actor == admin
+    assert submit(Client(), bearer(write_secret)).status_code == 401
