@@ -41,8 +41,10 @@ class Api:
 
     def handle(self, endpoint: Endpoint, request, kwargs) -> HttpResponse:
         if not request.user.is_authenticated:
-            return problem(401, "log in first, or send an API token as 'Authorization: Bearer opd_...'",
-                           headers={"WWW-Authenticate": 'Bearer realm="opdweb"'})
+            if self.bearer is None:
+                return problem(401, "log in first")
+            return problem(401, "log in first, or send an API token as 'Authorization: Bearer <token>'",
+                           headers={"WWW-Authenticate": "Bearer"})
         try:
             bad_query = _query_problem(endpoint, request.GET)
             if bad_query is not None:

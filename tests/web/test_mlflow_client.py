@@ -159,6 +159,23 @@ def test_the_runs_points_come_out_of_the_products_export_and_charts_unchanged(ml
     assert job.config["mlflow"]["experiment"] == "Default"
 
 
+def test_asynchronous_logging_as_trl_does_it_lands_every_point_once(mlflow_client):
+    """transformers' MLflow callback (TRL's ``report_to="mlflow"``) logs with
+    ``synchronous=False``: the client queues the points and sends them as log-batches from a
+    thread of its own; ending the run flushes them."""
+    mlflow = mlflow_client
+    with mlflow.start_run() as run:
+        for step in range(40):
+            mlflow.log_metrics({"train/loss": loss(step), "sampling/sampling_logp_difference/mean": k3(step)},
+                               step=step, synchronous=False)
+    job = MlflowRun.objects.get(run_id=run.info.run_id).job
+    expected = sorted([("train/loss", s, loss(s)) for s in range(40)]
+                      + [("sampling/sampling_logp_difference/mean", s, k3(s)) for s in range(40)])
+    assert stored_points(job) == expected
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED
+
+
 def test_a_token_revoked_mid_run_stops_the_client_with_the_reason_and_nothing_is_written(mlflow_client, member):
     from mlflow.exceptions import MlflowException
 
