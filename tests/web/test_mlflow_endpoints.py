@@ -127,6 +127,19 @@ def test_ending_a_run_ends_its_job_in_the_matching_state(tracking, run_id, statu
     assert job_of(run_id).state == state
 
 
+def test_a_quiet_run_is_not_reaped_its_trainer_ends_it(tracking, run_id):
+    """An external job has no worker and no heartbeat: the reaper, which fails running jobs
+    whose heartbeat stopped, leaves it running however long the trainer is quiet."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from opdweb.jobs.actions import do_reap_stale_jobs
+
+    assert do_reap_stale_jobs(now=timezone.now() + timedelta(days=30)) == []
+    assert job_of(run_id).state == JobState.RUNNING
+
+
 def test_closing_an_external_job_in_the_product_closes_the_run(tracking, run_id, member):
     user, _ = member
     client = Client()
