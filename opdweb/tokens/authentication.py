@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from opdweb.refusals import Refused
-from opdweb.teams.access import role_in
-from opdweb.teams.models import Role
+from opdweb.teams.models import Membership, Role
 from opdweb.tokens import rate_limit
 from opdweb.tokens.minting import PREFIX, digest_of
 from opdweb.tokens.models import ApiToken
@@ -43,14 +43,17 @@ def bearer_token(request) -> ApiToken | None:
                               f"({PREFIX}…, made on /tokens/)")
     if not secret.startswith(PREFIX):
         raise unauthenticated(f"that is not an opdweb API token (they start with {PREFIX!r}; make one on /tokens/)")
-    token = ApiToken.objects.select_related("user", "team").filter(digest=digest_of(secret)).first()
+    # One query: the token, its owner, its team and the owner's role there (None: not in it).
+    role = Membership.objects.filter(team=OuterRef("team"), user=OuterRef("user")).values("role")[:1]
+    token = (ApiToken.objects.select_related("user", "team").annotate(owner_role=Subquery(role))
+             .filter(digest=digest_of(secret)).first())
     if token is None:
         raise unauthenticated("unknown API token: no token has this secret (a typo, or one from another server?)")
     if token.is_revoked:
         raise unauthenticated(f"API token {token.name!r} was revoked at {token.revoked_at:%Y-%m-%d %H:%M} UTC")
     if not token.user.is_active:
         raise unauthenticated(f"API token {token.name!r} belongs to a deactivated account")
-    if role_in(token.user, token.team_id) is None:
+    if token.owner_role is None:
         raise Refused(f"API token {token.name!r} is for team {token.team.slug}, which its owner is no longer in",
                       status=403)
     now = timezone.now()
@@ -63,7 +66,7 @@ def check_write(token: ApiToken) -> None:
     """Refuse a write the token may not make (403), or one over its rate (429)."""
     if not token.can_write:
         raise Refused(f"API token {token.name!r} is read-only; writing needs a read-write token", status=403)
-    role = role_in(token.user, token.team_id)
+    role = getattr(token, "owner_role", None)  # as read with the token, by bearer_token
     if role is None or role < Role.MEMBER:
         raise Refused(f"the owner of API token {token.name!r} is a viewer of team {token.team.slug} "
                       "and cannot write there", status=403)
