@@ -136,5 +136,5 @@ def _answer(request, path: str) -> dict:
         data = {k: request.GET.get(k) for k in request.GET}
     else:
         check_write(token)
-        data = read.json_body(request.body)
+        data = read.json_body(read.body_of(request))
     return handler(token, data)
