@@ -4,6 +4,7 @@ make experiments, start a run (an ``external`` job), log to it, end it.  ``check
 entry, and write nothing when they refuse."""
 from __future__ import annotations
 
+import json
 import uuid
 
 from django.db import IntegrityError, transaction
@@ -26,6 +27,8 @@ DEFAULT_EXPERIMENT_ID = "0"
 DEFAULT_EXPERIMENT_NAME = "Default"
 RUN_NAME_TAG = "mlflow.runName"
 USER_TAG = "mlflow.user"
+#: A run's params and tags live in its job's config: bounded, as every config is.
+RUN_CONFIG_MAX_BYTES = 1024 * 1024
 
 
 def experiment_by_name(token: ApiToken, name: str) -> MlflowExperiment:
@@ -126,6 +129,9 @@ def do_log_batch(token: ApiToken, run_id: str, batch: LogBatch) -> int:
         fields = []
         if params != config.get("params") or tags != config.get("tags"):
             job.config = {**config, "params": params, "tags": tags}
+            if len(json.dumps(job.config)) > RUN_CONFIG_MAX_BYTES:
+                raise errors.invalid(f"a run's params and tags hold at most {RUN_CONFIG_MAX_BYTES:,} bytes of JSON in "
+                                     "all; nothing was written")
             fields.append("config")
         if tags.get(RUN_NAME_TAG) and tags[RUN_NAME_TAG][:200] != job.name:
             job.name = tags[RUN_NAME_TAG][:200]

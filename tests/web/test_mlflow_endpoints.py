@@ -253,6 +253,16 @@ def test_a_batch_at_mlflows_limits_is_taken(tracking, run_id):
     assert len(points(run_id)) == 800 and len(job_of(run_id).config["params"]) == 100
 
 
+def test_a_runs_params_and_tags_are_bounded(tracking, run_id):
+    big = [{"key": f"p{i}", "value": "v" * 6000} for i in range(100)]
+    for n in range(1, 20):
+        response = tracking.batch(run_id, params=[{**p, "key": f"{p['key']}-{n}"} for p in big])
+        if response.status_code != 200:
+            break
+    assert_refused(response, 400, "INVALID_PARAMETER_VALUE", "at most 1,048,576 bytes")
+    assert len(job_of(run_id).config["params"]) == 100 * (n - 1)  # every batch before it, none of it
+
+
 def test_a_metric_name_of_ten_thousand_characters_is_refused(tracking, run_id):
     response = tracking.batch(run_id, metrics=[metric("k" * 10_000, 1.0, 0)])
     assert_refused(response, 400, "INVALID_PARAMETER_VALUE", "10,000 characters long; the limit is 200")
