@@ -74,12 +74,18 @@ def calibration_config(args, student: str, teacher: str, method: str) -> dict:
     return {"model": student, **teacher_field, **METHODS[method], "levels": args.levels, "seeds": args.seeds,
             "steps": args.steps, "batch_size": args.batch_size, "eval_prompts": args.eval_prompts,
             "measure_prompts": args.measure_prompts, "reference_engine": "hf", "device": "cpu", "threads": 1,
+            "max_seeds": args.max_seeds, "resolution": args.resolution, "max_bisections": args.max_bisections,
             **({"lr": args.lr[method]} if method in args.lr else {})}
 
 
-def run(args, team, user, student: str, teacher: str) -> dict:
+def stored_budget(job):
+    """The budget a calibration stored, or None where it ended uninformative (it stores none)."""
     from opdweb.budgets.models import MismatchBudget
 
+    return MismatchBudget.objects.filter(calibration_job=job).first()
+
+
+def run(args, team, user, student: str, teacher: str) -> dict:
     out: dict = {"settings": {k: v for k, v in vars(args).items() if k != "lr"} | {"lr": args.lr}}
     started = time.monotonic()
     calibrations = {m: submit(team, user, "calibration", calibration_config(args, student, teacher, m),
@@ -100,11 +106,12 @@ def run(args, team, user, student: str, teacher: str) -> dict:
     out["budgets"] = {}
     for method, job in calibrations.items():
         job = finished(job, args.timeout)
-        budget = MismatchBudget.objects.get(calibration_job=job)
-        out["budgets"][method] = {"id": budget.pk, "wall_s": wall_s(job), **job.result}
-        print(f"{method}: budget {budget.budget} ({budget.status}) in {wall_s(job):.0f} s", flush=True)
+        budget = stored_budget(job)
+        out["budgets"][method] = {"id": budget.pk if budget else None, "wall_s": wall_s(job), **job.result}
+        print(f"{method}: budget {job.result['budget']} ({job.result['status']}) in {wall_s(job):.0f} s", flush=True)
 
     opd = out["budgets"].get("opd:full")
+    opd = opd if opd and opd["id"] is not None else None
     if opd:
         check = finished(submit(team, user, "admission", {"model": student, "rollout": FP8_W_KV, "budget": opd["id"],
                                                            "prompts": args.admission_prompts, "recipe": True},
@@ -118,7 +125,9 @@ def run(args, team, user, student: str, teacher: str) -> dict:
         checkpoint = late.result["checkpoint"]
         job = finished(submit(team, user, "calibration", calibration_config(args, checkpoint, teacher, "opd:full"),
                               f"calibrate opd:full at step {args.late_steps}"), args.timeout)
-        budget = MismatchBudget.objects.get(calibration_job=job)
+        budget = stored_budget(job)
+        if budget is None:
+            raise RuntimeError(f"the late checkpoint's calibration was uninformative: {job.result.get('message')}")
         late_check = finished(submit(team, user, "admission", {"model": checkpoint, "rollout": FP8_W_KV,
                                                                 "budget": budget.pk, "prompts": args.admission_prompts},
                                      "FP8 W + KV at the late checkpoint"), args.timeout)
@@ -133,13 +142,24 @@ def run(args, team, user, student: str, teacher: str) -> dict:
     return out
 
 
+def drop_interval(c: dict) -> str:
+    ci = c.get("drop_ci")
+    if not ci:
+        return ""
+    return " [" + ", ".join("∞" if e is None else f"{e:+.1f}" for e in ci) + "]"
+
+
 def tables(r: dict) -> str:
     lines = ["| method | budget | bracket | baseline acc. | levels (multiple: acc. mean ± sd, drop) | wall |",
              "|---|---|---|---|---|---|"] if r["budgets"] else []
     for method, b in r["budgets"].items():
+        if b["status"] == "uninformative":
+            lines.append(f"| {method} | uninformative | - | - | {b['message']} | {b['wall_s']:.0f} s |")
+            continue
         value = ("not reached (≥ %.3gx)" % b["budget"]) if b["status"] == "not_reached" else "%.3gx" % b["budget"]
         levels = "; ".join(f"{c['multiple']:.3g}x: {100 * c['accuracy_mean']:.1f} ± {100 * c['accuracy_sd']:.1f} "
-                           f"({c['drop_points']:+.1f})" for c in b["curve"])
+                           f"({c['drop_points']:+.1f}{drop_interval(c)}, {len(c['accuracies'])} seeds, "
+                           f"{c.get('judgement') or ('within' if c['within'] else 'beyond')})" for c in b["curve"])
         bracket = " – ".join("-" if x is None else f"{x:.3g}x" for x in b["bracket"])
         lines.append(f"| {method} | {value} | {bracket} | {100 * b['baseline']['mean']:.1f} ± "
                      f"{100 * b['baseline']['sd']:.1f} | {levels} | {b['wall_s']:.0f} s |")
@@ -177,7 +197,8 @@ PLOT_PAGE = """<!doctype html><html><head><script>{plotly}</script></head>
 def budget_figure(r: dict) -> tuple[list, dict]:
     colours = ["#1971c2", "#e03131", "#2f9e44", "#f08c00", "#7048e8"]
     traces = []
-    for colour, (method, b) in zip(colours, r["budgets"].items(), strict=False):
+    drawn = [(m, b) for m, b in r["budgets"].items() if b["status"] != "uninformative"]
+    for colour, (method, b) in zip(colours, drawn, strict=False):
         xs = [1.0] + [c["multiple"] for c in b["curve"]]
         ys = [100 * b["baseline"]["mean"]] + [100 * c["accuracy_mean"] for c in b["curve"]]
         sd = [100 * b["baseline"]["sd"]] + [100 * c["accuracy_sd"] for c in b["curve"]]
@@ -219,6 +240,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--eval-prompts", type=int, default=500)
+    ap.add_argument("--max-seeds", type=int, default=6, help="the strict rule's seed cap for inconclusive levels")
+    ap.add_argument("--resolution", type=float, default=1.5, help="bisect the bracket to within this factor")
+    ap.add_argument("--max-bisections", type=int, default=4)
     ap.add_argument("--measure-prompts", type=int, default=256)
     ap.add_argument("--admission-prompts", type=int, default=256)
     ap.add_argument("--late-steps", type=int, default=0, help="also calibrate a checkpoint trained this far (0: skip)")

@@ -82,6 +82,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "opdweb.jobs.context_processors.job_kinds",
+                "opdweb.pages.refusal",
             ],
         },
     },

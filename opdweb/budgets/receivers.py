@@ -1,4 +1,4 @@
-"""Where the budgets app hooks into jobs: a succeeded calibration is stored as a budget
+"""Where the budgets app hooks into jobs: a succeeded calibration (unless uninformative) is stored as a budget
 (superseding the team's previous one for the same checkpoint, task, method and metric), and
 an admission config's budget id is replaced by the budget itself."""
 from __future__ import annotations
@@ -29,6 +29,8 @@ def store_calibrated_budget(sender, job, **kwargs) -> None:
         return
     result = get_kind(Kind.CALIBRATION).validated(job.result)
     assert isinstance(result, CalibrationResult)
+    if not result.stores_budget:  # uninformative: the baseline did not learn, there is no budget to store
+        return
     row = budget_row(result)
     same = {name: row.pop(name) for name in MismatchBudget.SAME_BUDGET}
     previous = list(MismatchBudget.objects.select_for_update().filter(team=job.team, superseded_by__isnull=True,

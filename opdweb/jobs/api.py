@@ -12,6 +12,7 @@ from opdweb.api import Routes
 from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.models import Job
+from opdweb.jobs.summaries import child_rows
 from opdweb.refusals import Refused
 from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
@@ -202,6 +203,22 @@ def get_job(request, job_id: int):
     if not may_see_traceback(request.user, job.viewer_role):
         job.traceback = None
     return job
+
+
+class ChildOut(BaseModel):
+    id: int
+    key: str = Field(..., description="unique within the parent (a calibration's `train-10x-s0`)")
+    label: str = Field(..., description="what the child does, e.g. `train 10x seed 0`")
+    kind: str
+    state: str
+    progress: float
+    summary: str = Field(..., description="its result in a few words (accuracy, multiple); empty until it has one")
+
+
+@routes.route("GET", "jobs/<int:job_id>/children", summary="A job's child jobs (a calibration's runs), oldest first",
+              response=list[ChildOut], errors=(404,))
+def job_children(request, job_id: int):
+    return child_rows(visible_job(request.user, job_id))
 
 
 @routes.route("POST", "jobs/<int:job_id>/cancel", summary="Cancel a job", response=JobOut, errors=(403, 404, 409))

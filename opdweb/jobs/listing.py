@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 
-from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.models import TERMINAL_STATES, Job, JobState
+from opdweb.jobs.summaries import summary, with_result_keys
 from opdweb.refusals import Refused
 from workers.science.entrypoints import KINDS
 from workers.science.kinds import EXTERNAL_KINDS
@@ -22,7 +23,7 @@ SORT_FIELDS = {"id": "id", "kind": "kind", "state": "state", "created": "created
 DEFAULT_SORT = "-created"
 #: Every kind a job may have: the runnable ones, then those that report in from outside.
 LISTED_KINDS: tuple[str, ...] = (*KINDS, *EXTERNAL_KINDS)
-FILTERS = ("kind", "state", "model", "user", "q")
+FILTERS = ("kind", "state", "model", "user", "q", "children")
 # What a row shows: reading only these keeps a sort over thousands of jobs in memory
 # (whole rows, with configs and results, made PostgreSQL sort on disk).
 ROW_FIELDS = ("id", "kind", "name", "state", "progress", "created_at", "team__slug", "created_by__username")
@@ -45,13 +46,20 @@ class JobListView:
             raise Refused(f"unknown kind {filters['kind']!r}; kinds are {', '.join(LISTED_KINDS)}")
         if filters.get("state") and filters["state"] not in JobState.values:
             raise Refused(f"unknown state {filters['state']!r}; states are {', '.join(JobState.values)}")
+        if filters.get("children") not in (None, "shown"):
+            raise Refused(f"children: {filters['children']!r} is not a choice; give children=shown to list child jobs "
+                          "beside their parents")
         sort = query.get("sort") or DEFAULT_SORT
         if sort.removeprefix("-") not in SORT_FIELDS:
             raise Refused(f"cannot sort by {sort!r}; columns are {', '.join(SORT_FIELDS)} ('-' first for descending)")
         return cls(filters, sort, query.get("page", "1"))
 
     def apply(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
+        """The jobs of this view; child jobs (a calibration's runs) are folded under their
+        parent unless ``children=shown``."""
         f = self.filters
+        if "children" not in f:
+            jobs = jobs.filter(parent__isnull=True)
         if "kind" in f:
             jobs = jobs.filter(kind=f["kind"])
         if "state" in f:
@@ -64,11 +72,21 @@ class JobListView:
             jobs = jobs.filter(name__icontains=f["q"])
         field = SORT_FIELDS[self.sort.removeprefix("-")]
         descending = self.sort.startswith("-")
-        jobs = jobs.select_related("team", "created_by").only(*ROW_FIELDS)
+        jobs = with_result_keys(jobs.select_related("team", "created_by").only(*ROW_FIELDS))
         return jobs.order_by(f"-{field}" if descending else field, "-id" if descending else "id")
 
     def page_of(self, jobs: QuerySet[Job]) -> Page:
-        return Paginator(self.apply(jobs), PAGE_SIZE).get_page(self.page)
+        """The page asked for; each job on it carries ``summary`` (its result in a few words)
+        and ``children_total`` / ``children_done`` (its child jobs, counted in one query)."""
+        page = Paginator(self.apply(jobs), PAGE_SIZE).get_page(self.page)
+        counts = {row["parent_id"]: row for row in Job.objects.filter(parent_id__in=[j.pk for j in page.object_list])
+                  .values("parent_id").annotate(total=Count("id"),
+                                                done=Count("id", filter=Q(state__in=TERMINAL_STATES)))}
+        for job in page.object_list:
+            job.summary = summary(job)
+            row = counts.get(job.pk, {})
+            job.children_total, job.children_done = row.get("total", 0), row.get("done", 0)
+        return page
 
     def url(self, **changes: str) -> str:
         """The query string of this view with ``changes`` (an empty value drops a

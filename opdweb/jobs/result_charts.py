@@ -78,6 +78,7 @@ def drift_charts(result: BaseModel, config: dict) -> dict | None:
 
 PRESENTERS: dict[str, ResultPresenter] = {
     Kind.ADMISSION: ResultPresenter(headline="jobs/results/admission.html"),
+    Kind.CALIBRATION: ResultPresenter(headline="jobs/results/calibration.html"),
     Kind.SENSITIVITY: ResultPresenter(details="jobs/results/sensitivity.html", charts=sensitivity_charts),
     Kind.DRIFT: ResultPresenter(details="jobs/results/drift.html", charts=drift_charts),
 }

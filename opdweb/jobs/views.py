@@ -21,6 +21,7 @@ from opdweb.jobs.history import history_reads
 from opdweb.jobs.listing import LISTED_KINDS, JobListView
 from opdweb.jobs.models import Job, JobState
 from opdweb.jobs.result_charts import presented
+from opdweb.jobs.summaries import child_rows
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.sandbox import product_values
@@ -136,6 +137,7 @@ def job_detail(request, job_id: int):
         {"job": job, "can_cancel": can_cancel, "show_traceback": may_see_traceback(request.user, job.viewer_role),
          "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
+         "children": child_rows(job),
          **result_context(job), **log_context(job), **chart_context(job)},
     )
 

@@ -154,3 +154,32 @@ def test_the_scale_file_is_a_safetensors_file_to_the_safetensors_library(tmp_pat
     assert float(got["model.layers.1.self_attn.v_scale"]) == 7.0
     assert read_artifact(artifact.data) == {"k": [float(torch.tensor(0.1)), float(torch.tensor(0.3))],
                                             "v": [float(torch.tensor(0.2)), 7.0]}
+
+
+def gsm8k_lines(questions):
+    return "".join(json.dumps({"question": q, "answer": "#### 1"}) + "\n" for q in questions)
+
+
+def test_a_jsonl_task_calibrates_on_its_own_split_never_on_the_measured_prompts(student, tmp_path):
+    from workers.science.config import ConfigError
+    from workers.science.engines.hf.kv_scales import calibration_prompt_ids
+    from workers.science.engines.hf.loading import load_tokenizer
+
+    task = tmp_path / "probe.jsonl"
+    task.write_text(gsm8k_lines(["1+1?", "2+2?", "3+3?"]))
+    tokenizer = load_tokenizer(student)
+    with pytest.raises(ConfigError, match=r"need a calibration split .* put probe\.calibration\.jsonl beside it"):
+        calibration_prompt_ids(student, tokenizer, str(task))
+    (tmp_path / "probe.calibration.jsonl").write_text(gsm8k_lines(["4+4?", "5+5?"]))
+    ids = calibration_prompt_ids(student, tokenizer, str(task))
+    assert ids == [list(tokenizer(q, add_special_tokens=True).input_ids) for q in ("4+4?", "5+5?")]
+    # A split that links out of the task's folder is refused (the folder is what the sandbox admitted).
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.jsonl").write_text(gsm8k_lines(["9+9?"]))
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "probe.jsonl").write_text(gsm8k_lines(["1+1?"]))
+    (linked / "probe.calibration.jsonl").symlink_to(elsewhere / "secret.jsonl")
+    with pytest.raises(ConfigError, match="leads out of the task's folder"):
+        calibration_prompt_ids(student, tokenizer, str(linked / "probe.jsonl"))

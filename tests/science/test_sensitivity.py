@@ -71,3 +71,26 @@ def test_the_recipe_search_finds_the_smallest_passing_count():
             1, 8, lambda k, tried=tried, threshold=threshold: tried.append(k) or k >= threshold) == threshold
         assert len(tried) <= 4  # binary search: ceil(log2(8)) + 1 trials at most
     assert smallest_passing(1, 8, lambda k: False) is None
+
+
+def test_the_admission_recipe_offers_the_ranked_layers_in_bf16_even_when_no_target_is_met(teacher):
+    # A budget of 1.2x that no FP8 candidate nor the scan's target search meets (each layer alone is above it):
+    # the candidates still include the most aggressive recipe with the ranking's top layer kept in BF16.
+    from workers.science.budget.recipe import cheapest_within, keep_entry, recipe_within_budget
+    from workers.science.config import MismatchJobConfig
+
+    measurement = MismatchJobConfig(model=teacher, rollout=RolloutConfig(weights="fp8_e4m3", kv_cache="fp8_e4m3",
+                                                                         noise_sigma=0.2),
+                                    prompts=48, bootstrap=100, device="cpu", reference_engine="hf")
+    out = recipe_within_budget(measurement, budget=1.2, margin=1.0, reporter=RecordingReporter())
+    top = out["layers"][0]["unit"]
+    assert keep_entry(top) == int(top.split()[1]) and keep_entry("model.layers.0.mlp.up_proj") == \
+        "model.layers.0.mlp.up_proj"
+    spared = [p for p in out["recipe_candidates"] if p["rollout"]["keep_bf16"] == [keep_entry(top)]]
+    assert len(spared) == 1 and f"with {top} in BF16" in spared[0]["label"]
+    # two layers: keeping both would be the BF16 engine, so only the top one is offered
+    assert all(len(p["rollout"]["keep_bf16"]) < 2 for p in out["recipe_candidates"])
+    # the decision is on the CI's upper end: recompute it by hand from the candidates
+    ok = [p for p in out["recipe_candidates"] if p["ci"] and p["ci"][1] is not None and p["ci"][1] * 1.0 < 1.2]
+    assert (out["recipe"] is None) == (not ok)
+    assert out["recipe"] == cheapest_within(out["recipe_candidates"], 1.2, 1.0)

@@ -84,3 +84,23 @@ def test_a_config_from_a_preset_is_approved_by_a_second_user_and_exported_for_ve
     page.goto(f"{base}/teams/{team.slug}/audit/")
     expect(page.locator("#audit")).to_contain_text("config.exported")
     shot(page, "5-audit-log")
+
+
+def test_a_refused_approval_request_keeps_what_was_typed(start_asgi_server, page, tmp_path):
+    from opdweb.rollouts.actions import do_create_config
+
+    models = tmp_path / "models"
+    make_checkpoint(models)
+    base = "http://" + start_asgi_server(OPDWEB_MODEL_ROOTS=str(models))
+    member = MembershipFactory(role=Role.MEMBER)
+    record, _ = do_create_config(team=member.team, user=member.user, name="fp8", data={"weights": "fp8_e4m3"})
+    log_in(page, base, member.user)
+    page.goto(f"{base}/configs/{record.pk}/")
+    page.fill("#request-approval input[name=checkpoint]", str(models / "no-such-student"))
+    page.fill("#request-approval textarea[name=comment]", "for the 7B run")
+    page.click("#request-approval button[type=submit]")
+    expect(page.locator("#refusal")).to_be_visible()
+    expect(page.locator("#refusal")).to_have_count(1)
+    expect(page.locator("#request-approval input[name=checkpoint]")).to_have_value(str(models / "no-such-student"))
+    expect(page.locator("#request-approval textarea[name=comment]")).to_have_value("for the 7B run")
+    assert ApprovalRequest.objects.count() == 0

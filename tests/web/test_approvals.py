@@ -69,9 +69,9 @@ def test_an_approver_approves_on_the_latest_passing_check_and_the_config_exports
     page = world.client(world.approver).get(f"/approvals/{approval.pk}/")
     assert page.status_code == 200 and page.context["evidence"] == latest and page.context["can_decide"]
     html = page.content.decode()
-    assert ("3.20×" in html and "95% CI [2.56, 3.84]" in html
+    assert ("3.2×" in html and "95% CI [2.56, 3.84]" in html
             and f"Budget #{world.budget.pk} (opd, k3, arithmetic:3):" in html)
-    assert "50.00× BF16" in html
+    assert "50× BF16" in html
 
     response = world.decide(approval)
     assert response.status_code == 302
@@ -260,7 +260,7 @@ def test_the_evidence_places_the_config_on_the_budgets_curve(world):
     html = world.client(world.approver).get(f"/approvals/{approval.pk}/").content.decode()
     table = html[html.index('id="budget-curve"'):html.index("</table>", html.index('id="budget-curve"'))]
     rows = re.findall(r"<tr[^>]*>\s*<td>(?:<b>)?([\d.]+)", table)
-    assert rows == ["1.50", "3.20", "10.00", "60.00"]
+    assert rows == ["1.5", "3.2", "10", "60"]  # the one formatter: 3 significant digits
     assert "36.0 % ± 0.5" in table and "30.0 % ± 1.0" in table and "← this config (pass)" in table
 
 
@@ -453,14 +453,14 @@ def test_where_a_trainer_cannot_keep_layers_the_page_shows_what_the_all_quantize
     assert fallback["trainers"] == ["verl 0.9.1", "slime 624b824a898a (SGLang 0.5.15.post1)"]
     assert fallback["job"] is None and 'id="fallback-unmeasured"' in page.content.decode()
     assert fallback["capacity"] == {"admitted": pytest.approx(1.6), "fallback": pytest.approx(2.0)}
-    assert "KV cache: 2.00× BF16's tokens with every layer quantized, 1.60× as approved." in page.content.decode()
+    assert "KV cache: 2× BF16's tokens with every layer quantized, 1.6× as approved." in page.content.decode()
 
     measured = admission_job(world.team, world.checkpoint, {**block, "targets": ["slime"]}, world.budget,
                              multiple=4.5)
     admission_job(world.team, world.checkpoint, {**block, "kv_scales": "calibrated"}, world.budget, multiple=9.0)
     page = client.get(f"/approvals/{approval.pk}/")
     assert page.context["fallback"]["job"] == measured
-    assert '<b id="fallback-multiple">4.50×</b>' in page.content.decode()
+    assert '<b id="fallback-multiple">4.5×</b>' in page.content.decode()
     plain = world.approved("nothing kept", block)
     assert world.client(world.member).get(f"/approvals/{plain.pk}/").context["fallback"] is None
 
@@ -485,3 +485,21 @@ def test_an_admission_checks_page_leads_to_its_config_and_the_next_step(world):
     assert 'id="admission-config"' in page and 'id="request-approval"' not in page
     unsaved = admission_job(world.team, world.checkpoint, {"weights": "fp8_e4m3"}, world.budget)
     assert 'id="admission-next"' not in client.get(f"/jobs/{unsaved.pk}/").content.decode()
+
+
+def test_a_refused_approval_request_redraws_the_config_page_with_the_input_kept(world):
+    page_url = f"http://testserver/configs/{world.record.pk}/"
+    before = ApprovalRequest.objects.count()
+    response = world.client(world.member).post(
+        f"/configs/{world.record.pk}/request-approval/",
+        {"checkpoint": "/nowhere/student", "comment": "for run 12 <b>"}, HTTP_REFERER=page_url)
+    html = response.content.decode()
+    assert response.status_code == 400 and 'id="request-approval"' in html  # the config page, under the 4xx
+    message = html.split('id="refusal" role="alert">', 1)[1].split("<", 1)[0].strip()
+    assert message and html.count(message) == 1  # said once, above the page
+    assert 'value="/nowhere/student"' in html and "for run 12 &lt;b&gt;</textarea>" in html  # kept, escaped
+    assert ApprovalRequest.objects.count() == before
+    # Without a page of ours behind the post (an API-like client), the styled refusal page, as before.
+    bare = world.client(world.member).post(f"/configs/{world.record.pk}/request-approval/",
+                                           {"checkpoint": "/nowhere/student"})
+    assert bare.status_code == 400 and 'class="card problem"' in bare.content.decode()

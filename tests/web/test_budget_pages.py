@@ -6,9 +6,11 @@ import re
 
 from playwright.sync_api import expect
 
+from opdweb.budgets.models import MismatchBudget
 from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.runner import record_outcome
 from tests.web.browser import log_in
-from tests.web.results import admission_result
+from tests.web.results import admission_result, calibration_result
 from tests.web.test_budget_jobs import stored_calibration
 
 CURVE = [
@@ -119,3 +121,59 @@ def test_measure_fills_a_multiple_job_from_a_config_without_any_budget(member, o
     assert without_model["model"].endswith("toy/test/student")  # the example's checkpoint
     client.force_login(outsider)
     assert client.get(f"/jobs/new/?kind=mismatch&rollout={record.pk}").status_code == 404
+
+
+def test_an_uninformative_calibration_stores_no_budget_and_its_page_says_what_to_change(member, client):
+    user, team = member
+    before = MismatchBudget.objects.count()
+    job = Job.objects.create(team=team, created_by=user, kind="calibration", config={}, state=JobState.RUNNING)
+    message = ("uninformative: the BF16 baseline went 10.0% -> 10.0% over 30 steps (gain 0 points, lower end 0), not "
+               "more than the 1.4 points required, so no drop could be told from no learning and no budget is "
+               "stored. Train longer (steps), raise lr or batch_size, or calibrate a pair whose student learns.")
+    learning = {"start_mean": 0.1, "final_mean": 0.1, "gain_points": 0.0, "gain_low": 0.0, "required_points": 1.4,
+                "seeds": 3, "informative": False}
+    result = calibration_result("/models/student", None, status="uninformative", bracket=[None, None],
+                                learning=learning, message=message, seed_z=None, confidence=0.95)
+    assert record_outcome(job, JobState.SUCCEEDED, {"result": result})
+    assert MismatchBudget.objects.count() == before  # nothing stored: there is no budget
+    page = client_page(client, user, f"/jobs/{job.pk}/")
+    assert 'id="calibration-outcome"' in page and "uninformative" in page and "Train longer (steps)" in page
+    assert 'id="calibrated-budget"' not in page
+
+
+def test_a_strict_rule_curve_shows_each_levels_drop_interval_and_judgement(member, client):
+    user, team = member
+    budget = stored_calibration(team, user, "/models/student", 9.1)
+    strict = [dict(CURVE[0], drop_ci=[-1.5, 1.2], judgement="within"),
+              dict(CURVE[1], drop_ci=[-0.5, 20.5], judgement="inconclusive", within=False)]
+    for row in strict:
+        row.pop("allowance_points")
+    type(budget).objects.filter(pk=budget.pk).update(curve=strict)
+    page = client_page(client, user, f"/budgets/{budget.pk}/")
+    assert "[-1.50, 1.20] pts" in page and "[-0.50, 20.50] pts" in page
+    assert '<td class="warn">inconclusive</td>' in page and '<td class="ok">within</td>' in page
+
+
+def client_page(client, user, url: str) -> str:
+    client.force_login(user)
+    response = client.get(url)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_the_same_budget_reads_the_same_on_every_page(member, client):
+    # 85916.811 with every level within: "≥ 85,900× (not reached)" wherever it shows, never "85916.811×",
+    # "8.59e+04x" or a bare number without its "≥".
+    user, team = member
+    budget = stored_calibration(team, user, "/models/student", 85916.811)
+    type(budget).objects.filter(pk=budget.pk).update(status="not_reached")
+    budget.refresh_from_db()
+    check = Job.objects.create(
+        team=team, created_by=user, kind="admission", name="fp8", state=JobState.SUCCEEDED,
+        config={"model": "/models/student", "budget": budget.spec(), "prompts": 64},
+        result=admission_result("pass", 9.0, [6.0, 12.0], budget=budget.spec(), margin=9546.3,
+                                reason="the 95% CI [6, 12] lies below the budget"))
+    for url in ("/budgets/", f"/budgets/{budget.pk}/", f"/jobs/{check.pk}/"):
+        page = re.sub(r"<script.*?</script>|<pre.*?</pre>", "", client_page(client, user, url), flags=re.S)
+        assert "≥ 85,900× (not reached)" in page, url
+        assert "85916" not in page and "8.59e+04" not in page, url  # the page's text, the raw JSON aside

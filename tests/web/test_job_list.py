@@ -117,6 +117,7 @@ def test_it_pages_fifty_at_a_time(planted, client):
     ("sort=-", "cannot sort by"),
     ("state=done", "unknown state &#x27;done&#x27;"),
     ("kind=nope", "unknown kind &#x27;nope&#x27;"),
+    ("children=yes", "children: &#x27;yes&#x27; is not a choice"),
 ])
 def test_bad_input_is_a_clear_400(planted, client, query, message):
     alice, _ = planted
@@ -131,3 +132,61 @@ def test_other_teams_jobs_never_show(planted, client):
     client.force_login(alice)
     assert "fp8 theirs" not in names(client.get("/jobs/?q=fp8"))
     assert "carol" not in client.get("/jobs/").content.decode()  # not offered as a user either
+
+
+@pytest.fixture
+def calibration_with_children(planted):
+    """'Budget sweep' gets three child runs (two done), each with a result written out by hand."""
+    alice, jobs = planted
+    parent = jobs["Budget sweep"]
+    for key, state, result in [
+        ("noise-10", "succeeded", {"multiple": 9.96, "sigma": 0.01}),
+        ("train-baseline-s0", "succeeded", {"final_accuracy": 0.7631, "start_accuracy": 0.37}),
+        ("train-10x-s0", "running", None),
+    ]:
+        Job.objects.create(team=parent.team, created_by=alice, parent=parent, child_key=key, kind="train",
+                           name=f"Budget sweep: {key.replace('-', ' ')}", state=state, config={}, result=result)
+    return alice, jobs
+
+
+def test_child_jobs_fold_under_their_parent(calibration_with_children, client):
+    alice, jobs = calibration_with_children
+    client.force_login(alice)
+    folded = client.get("/jobs/")
+    assert names(folded) == ["Budget sweep", "smoke", "fp8 weights", "layers", "fp8 kv"]
+    assert "2/3 child jobs done" in folded.content.decode()
+    shown = names(client.get("/jobs/?children=shown"))
+    assert len(shown) == 8 and "Budget sweep: train baseline s0" in shown
+
+
+def test_the_result_column_says_each_result_in_a_few_words(planted, client):
+    alice, jobs = planted
+    results = {
+        "fp8 weights": ({"multiple": 8.5432, "multiple_ci": [7.1, 9.9]}, "8.54×"),
+        "smoke": ({"final_accuracy": 0.7631}, "accuracy 76.3 %"),
+        "fp8 kv": ({"verdict": "pass", "multiple": 33.81, "budget": {"budget": 1054.3}}, "pass at 33.8×"),
+        "layers": ({"status": "not_reached", "budget": 85916.811}, "budget ≥ 85,900× (not reached)"),
+        "Budget sweep": ({"status": "uninformative", "budget": None}, "uninformative: no budget"),
+    }
+    for name, (result, _) in results.items():
+        Job.objects.filter(pk=jobs[name].pk).update(result=result)
+    client.force_login(alice)
+    page = client.get("/jobs/").content.decode()
+    for name, (_, words) in results.items():
+        row = page.split(f'data-job-id="{jobs[name].pk}"', 1)[1].split("</tr>", 1)[0]
+        assert f'<td class="result">{words}</td>' in row, (name, row)
+
+
+def test_a_parents_children_are_served_with_their_summaries(calibration_with_children, client):
+    alice, jobs = calibration_with_children
+    client.force_login(alice)
+    rows = client.get(f"/api/jobs/{jobs['Budget sweep'].pk}/children").json()
+    assert [(r["key"], r["label"], r["state"], r["summary"]) for r in rows] == [
+        ("noise-10", "noise 10", "succeeded", "9.96×"),
+        ("train-baseline-s0", "train baseline s0", "succeeded", "accuracy 76.3 %"),
+        ("train-10x-s0", "train 10x s0", "running", ""),
+    ]
+    page = client.get(f"/jobs/{jobs['Budget sweep'].pk}/").content.decode()
+    assert 'id="child-table"' in page and "accuracy 76.3 %" in page
+    client.force_login(Job.objects.get(pk=jobs["theirs"].pk).created_by)
+    assert client.get(f"/api/jobs/{jobs['Budget sweep'].pk}/children").status_code == 404

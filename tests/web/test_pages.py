@@ -93,6 +93,6 @@ def test_a_mismatch_result_is_summarised_on_its_page(client, member):
     job = JobFactory(team=team, kind="mismatch", config={"model": "m"}, state="succeeded", result=result)
     client.force_login(user)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
-    assert "7.20×" in page and "[2.08, 23.17]" in page and "628 response tokens" in page
+    assert "7.2×" in page and "[2.08, 23.2]" in page and "628 response tokens" in page
     assert "<td>k1</td><td>0.000319</td><td>-0.000251</td>" in page
     assert "k3 0.000144 against 2e-05 for BF16" in page

@@ -101,3 +101,16 @@ def test_not_found_and_not_allowed_pages_are_styled_with_navigation(team_admin):
     response = client.get(f"/teams/{team.slug}/webhook/")
     html = response.content.decode()
     assert response.status_code == 403 and 'class="topbar"' in html and "Not allowed" in html
+
+
+def test_adding_an_unknown_member_redraws_the_team_page_with_the_input_kept(team_admin):
+    team, admin = team_admin
+    response = logged_in(admin).post(f"/teams/{team.slug}/members/", {"username": "nobody-by-that-name",
+                                                                       "role": Role.APPROVER},
+                                     HTTP_REFERER=f"http://testserver/teams/{team.slug}/")
+    html = response.content.decode()
+    assert response.status_code == 400 and 'id="members"' in html  # the team page itself
+    assert html.count("no user named") == 1 and 'id="refusal"' in html
+    assert 'value="nobody-by-that-name"' in html
+    assert f'<option value="{Role.APPROVER.value}" selected>' in html  # the role chosen, not the default
+    assert Membership.objects.filter(team=team).count() == 1

@@ -1,15 +1,26 @@
-"""Number formatting for measurements that span many orders of magnitude."""
+"""Number formatting for measurements that span many orders of magnitude: the filters of
+:mod:`opdweb.numbers`, one formatter for every page."""
 from django import template
+
+from opdweb import numbers
 
 register = template.Library()
 
 
 @register.filter
 def sig(value, digits: int = 3) -> str:
-    """``value`` to ``digits`` significant figures (1.44e-04, 0.9998, 23.2); '' for None."""
-    if value is None or value == "":
-        return ""
-    try:
-        return f"{float(value):.{int(digits)}g}"
-    except (TypeError, ValueError):
-        return str(value)
+    """``value`` to ``digits`` significant figures (85,900, 23.2, 1.44e-04), integers as integers."""
+    return numbers.significant(value, int(digits))
+
+
+@register.filter
+def times(value, digits: int = 3) -> str:
+    """A multiple: ``23.2×``, '–' for none."""
+    return numbers.multiple(value, int(digits))
+
+
+@register.filter
+def budget_text(record) -> str:
+    """A budget (a stored budget, or a budget spec's dict) with its status: ``≥ 1,050× (not reached)``."""
+    get = record.get if isinstance(record, dict) else lambda name: getattr(record, name, None)
+    return numbers.budget(get("budget"), get("status"))

@@ -2,20 +2,34 @@
 measured multiple to an admission verdict.  Pure Python (no torch, no numpy): the web
 process imports it to explain a verdict.
 
-**The budget rule.**  A calibration trains equal-step runs at a ladder of mismatch levels,
-several seeds each, plus a BF16 baseline.  A level's *drop* is the baseline's mean held-out
-accuracy minus the level's mean (in points).  Seed spread decides only what counts as a
-real drop: a level is *within tolerance* when
+**The budget rule (strict).**  A calibration trains equal-step runs at a ladder of mismatch
+levels, several seeds each, plus a BF16 baseline.  A level's *drop* is the baseline's mean
+held-out accuracy minus the level's mean (in points), with a two-sided ``confidence``
+interval (95% by default) from the seeds: Welch's interval, Student's t on the
+Welch-Satterthwaite degrees of freedom, so two seeds give a wide one (t = 12.7 at one degree
+of freedom).  A level is
 
-    drop <= tolerance + z * se,   se = sqrt(s_base^2 / n_base + s_level^2 / n_level)
+- ``within`` when the interval's *upper* end is at most the tolerance,
+- ``beyond`` when its lower end is above the tolerance,
+- ``inconclusive`` when the interval straddles (or touches) it; the calibration then gives the
+  level and the baseline more seeds, up to a cap, before it counts.
 
-(``s``: the seeds' sample standard deviations, ``z`` = ``seed_z``, 1 by default), that is, a
-drop is charged to the mismatch only when it exceeds the tolerance by more than one standard
-error of the seed noise.  The **budget** is the measured multiple of the highest level such
-that it and every level below it are within tolerance (the first failure ends it; a pass
-above a failure is noise, not tolerance).  Its bracket is (that level, the first failing
-level).  When every level passes the budget is *not reached* (it is at least the top level);
-when the lowest level already fails the ladder does not bracket from below.
+So a noisier level can only turn ``within`` into ``inconclusive``, never the reverse: noise
+makes the budget smaller or undecided, never larger.  Where one side has a single seed its
+spread is taken to be the other side's (the same recipe, another seed); with a single seed
+on both sides the interval is unbounded and the level inconclusive.
+
+The **budget** is the measured multiple of the highest level such that it and every level
+below it are within (the first level that is not ends it, and a pass above it is noise, not
+tolerance).  Its bracket is (that level, the first level not within).  When every level is
+within the budget is *not reached* (it is at least the top level); when the lowest level is
+not within, the ladder does not bracket from below.  Between the bracket's ends the
+calibration bisects in log multiple (:func:`bisect_target`) to a stated resolution.
+
+**Learning.**  A budget says how much mismatch a method tolerates before it learns less, so
+it exists only where the BF16 baseline learns: :func:`learning` requires the lower end of the
+baseline's gain over the starting checkpoint (paired per seed) to exceed a margin (the
+tolerance by default); otherwise the calibration is *uninformative* and stores no budget.
 
 **The verdict.**  ``pass`` when the multiple's 95% CI lies entirely below the budget, ``fail``
 when entirely above, ``inconclusive`` when it straddles (or touches) the budget; the
@@ -27,8 +41,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
+from .student_t import two_sided
+
 BudgetStatus = Literal["reached", "not_reached", "below_ladder"]
 Verdict = Literal["pass", "fail", "inconclusive"]
+Judgement = Literal["within", "beyond", "inconclusive"]
 
 
 def ladder(start: float, factor: float, count: int) -> list[float]:
@@ -48,6 +65,37 @@ def sample_sd(xs: Sequence[float]) -> float:
         return 0.0
     m = mean(xs)
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def difference_interval(a: Sequence[float], b: Sequence[float],
+                        confidence: float) -> tuple[float, float | None, float | None]:
+    """mean(a) - mean(b) in points (inputs are fractions) with its Welch ``confidence``
+    interval; the ends are None (unbounded) when both sides have a single value."""
+    diff = 100.0 * (mean(a) - mean(b))
+    na, nb = len(a), len(b)
+    if na < 2 and nb < 2:
+        return diff, None, None
+    sa, sb = sample_sd(a), sample_sd(b)
+    if na < 2:  # one seed: its spread is taken to be the other side's
+        sa, df = sb, nb - 1.0
+    elif nb < 2:
+        sb, df = sa, na - 1.0
+    va, vb = sa**2 / na, sb**2 / nb
+    if va + vb == 0.0:
+        return diff, diff, diff
+    if na >= 2 and nb >= 2:
+        df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+    half = 100.0 * two_sided(confidence, df) * math.sqrt(va + vb)
+    return diff, diff - half, diff + half
+
+
+def judge_drop(low: float | None, high: float | None, tolerance_points: float) -> Judgement:
+    """The strict rule on one level's drop interval (the module docstring)."""
+    if high is not None and high <= tolerance_points:
+        return "within"
+    if low is not None and low > tolerance_points:
+        return "beyond"
+    return "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -72,8 +120,12 @@ class LevelJudgement:
     accuracy_mean: float
     accuracy_sd: float
     drop_points: float
-    allowance_points: float
-    within: bool
+    drop_ci: tuple[float | None, float | None]
+    judgement: Judgement
+
+    @property
+    def within(self) -> bool:
+        return self.judgement == "within"
 
 
 @dataclass(frozen=True)
@@ -84,18 +136,23 @@ class Budget:
     baseline_mean: float
     baseline_sd: float
     tolerance_points: float
-    seed_z: float
+    confidence: float
     levels: tuple[LevelJudgement, ...]
+
+    @property
+    def deciding(self) -> LevelJudgement | None:
+        """The lowest level that is not within: the one that ends the budget."""
+        return next((j for j in self.levels if not j.within), None)
 
 
 def find_budget(baseline: Sequence[float], levels: Sequence[Level], tolerance_points: float = 1.4,
-                seed_z: float = 1.0) -> Budget:
+                confidence: float = 0.95) -> Budget:
     """The budget of a calibration curve (the rule in the module docstring); accuracies are
     fractions, tolerance in points (1.4 = 1.4 percentage points)."""
     if tolerance_points < 0:
         raise ValueError(f"tolerance must be >= 0 points (got {tolerance_points})")
-    if seed_z < 0:
-        raise ValueError(f"seed_z must be >= 0 (got {seed_z})")
+    if not 0.5 <= confidence < 1.0:
+        raise ValueError(f"confidence must be in [0.5, 1) (got {confidence})")
     if not baseline:
         raise ValueError("the baseline needs at least one seed's accuracy")
     if len(levels) < 2:
@@ -103,26 +160,64 @@ def find_budget(baseline: Sequence[float], levels: Sequence[Level], tolerance_po
     if any(not lv.accuracies for lv in levels):
         raise ValueError("every level needs at least one seed's accuracy")
     ordered = sorted(levels, key=lambda lv: lv.multiple)
-    b_mean, b_sd = mean(baseline), sample_sd(baseline)
     judged = []
     for lv in ordered:
-        m, sd = mean(lv.accuracies), sample_sd(lv.accuracies)
-        se = math.sqrt(b_sd**2 / len(baseline) + sd**2 / len(lv.accuracies))
-        drop, allowance = 100.0 * (b_mean - m), tolerance_points + seed_z * 100.0 * se
+        drop, low, high = difference_interval(baseline, lv.accuracies, confidence)
         judged.append(LevelJudgement(lv.target, lv.multiple, lv.multiple_ci, dict(lv.setting), tuple(lv.accuracies),
-                                     m, sd, drop, allowance, drop <= allowance))
-    first_fail = next((i for i, j in enumerate(judged) if not j.within), None)
+                                     mean(lv.accuracies), sample_sd(lv.accuracies), drop, (low, high),
+                                     judge_drop(low, high, tolerance_points)))
+    first_out = next((i for i, j in enumerate(judged) if not j.within), None)
     status: BudgetStatus
     value: float | None
     bracket: tuple[float | None, float | None]
-    if first_fail is None:
+    if first_out is None:
         status, value, bracket = "not_reached", judged[-1].multiple, (judged[-1].multiple, None)
-    elif first_fail == 0:
+    elif first_out == 0:
         status, value, bracket = "below_ladder", None, (None, judged[0].multiple)
     else:
-        status, value = "reached", judged[first_fail - 1].multiple
-        bracket = (value, judged[first_fail].multiple)
-    return Budget(value, status, bracket, b_mean, b_sd, tolerance_points, seed_z, tuple(judged))
+        status, value = "reached", judged[first_out - 1].multiple
+        bracket = (value, judged[first_out].multiple)
+    return Budget(value, status, bracket, mean(baseline), sample_sd(baseline), tolerance_points, confidence,
+                  tuple(judged))
+
+
+def bisect_target(bracket: tuple[float | None, float | None], resolution: float) -> float | None:
+    """The next level between a reached budget's bracket ends, their geometric mean (3
+    significant digits); None once the ends are within ``resolution`` (a factor) of each other."""
+    low, high = bracket
+    if low is None or high is None or low <= 0 or high / low <= resolution:
+        return None
+    return float(f"{math.sqrt(low * high):.3g}")
+
+
+@dataclass(frozen=True)
+class Learning:
+    """What the BF16 baseline learned over the starting checkpoint (points, paired per seed)."""
+
+    start_mean: float
+    final_mean: float
+    gain_points: float
+    gain_low: float | None  # the lower end of the gain's interval (None: a single seed)
+    required_points: float
+    seeds: int
+
+    @property
+    def informative(self) -> bool:
+        return self.gain_low is not None and self.gain_low > self.required_points
+
+
+def learning(starts: Sequence[float], finals: Sequence[float], required_points: float,
+             confidence: float = 0.95) -> Learning:
+    """The baseline's gain from ``starts`` to ``finals`` (each seed's start and final held-out
+    accuracy, fractions) with the lower end of its ``confidence`` interval."""
+    if len(starts) != len(finals) or not finals:
+        raise ValueError("learning needs each seed's start and final accuracy")
+    gains = [100.0 * (f - s) for s, f in zip(starts, finals, strict=True)]
+    gain = mean(gains)
+    low = None
+    if len(gains) >= 2:
+        low = gain - two_sided(confidence, len(gains) - 1.0) * sample_sd(gains) / math.sqrt(len(gains))
+    return Learning(mean(starts), mean(finals), gain, low, required_points, len(gains))
 
 
 def extend_ladder(targets: Sequence[float], status: BudgetStatus, factor: float) -> list[float]:

@@ -2,22 +2,31 @@
 
 1. For each target multiple of the ladder, a ``noise-solve`` child finds the weight-noise
    sigma that realises it and measures the multiple actually achieved (with its CI) on the
-   budget's metric and unit engine.
-2. Equal-step ``train`` children: a BF16 baseline and one run per level (rollout noise at
-   the solved sigma), ``seeds`` seeds each; a run's accuracy is its final held-out accuracy.
-3. :func:`~workers.science.budget.arithmetic.find_budget` turns the curve into the budget.
-   A ladder that does not bracket it gets one more level beyond its end (``extend_factor``),
-   at most ``max_extensions`` times; then every level passing is reported as *not reached*,
-   and a lowest level that still fails is refused.
+   budget's metric and unit engine; meanwhile the BF16 baseline trains ``seeds`` seeds.
+2. The baseline must have learned (:func:`~.arithmetic.learning`): if its gain over the
+   starting checkpoint does not clear the required margin the calibration ends
+   ``uninformative``, with the figures and what to change, and no budget is stored.
+3. Equal-step ``train`` children at each level (rollout noise at the solved sigma), ``seeds``
+   seeds each; a run's accuracy is its final held-out accuracy.
+4. :func:`~.arithmetic.find_budget` judges the curve by the strict rule, and the ladder
+   grows until it decides: the lowest level that is not within, while *inconclusive*, gets
+   one more seed (and the baseline with it) up to ``max_seeds``; a ladder that does not
+   bracket the budget gets a level beyond its end (``extend_factor``, at most
+   ``max_extensions`` times); a bracket wider than ``resolution`` is bisected in log multiple
+   (at most ``max_bisections`` levels).  Then every level within is reported as *not
+   reached*, and a lowest level that is still not within is refused.
 
 The children are jobs of their own in the product (several workers share a calibration) and
-run in this process from the command line (:mod:`workers.science.children`).  Traces:
-``calibration/multiple`` and ``calibration/accuracy`` per level index (0 = the baseline)
-as each level completes, so the curve fills in live.
+run in this process from the command line (:mod:`workers.science.children`).  The same
+results give the same next children, so a parent restarted after a worker loss asks for the
+children it already has.  Traces: ``calibration/multiple`` and ``calibration/accuracy`` per
+level, at the order the level was added (0 = the baseline), once its first seeds are in, so
+the curve fills in live.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from ..children import ChildJob, run_children
@@ -26,9 +35,20 @@ from ..fingerprint import checkpoint_digest
 from ..kinds import Kind
 from ..reporting import NullReporter, Reporter
 from ..training.results import TrainingResult
-from .arithmetic import Budget, Level, LevelJudgement, extend_ladder, find_budget, mean
+from .arithmetic import (
+    Budget,
+    Learning,
+    Level,
+    LevelJudgement,
+    bisect_target,
+    extend_ladder,
+    find_budget,
+    learning,
+    mean,
+    sample_sd,
+)
 from .config import CalibrationJobConfig
-from .results import CalibrationResult, NoiseSolveResult
+from .results import CalibrationResult, Learned, NoiseSolveResult
 
 
 def _noise_child(cfg: CalibrationJobConfig, target: float) -> ChildJob:
@@ -57,42 +77,119 @@ def checkpoint_step(model: str) -> int:
 
 def run_calibration(cfg: CalibrationJobConfig, reporter: Reporter | None = None) -> CalibrationResult:
     """The budget of ``cfg.model`` for ``cfg``'s training method (the module docstring)."""
-    reporter = reporter or NullReporter()
-    targets = list(cfg.levels)
-    solved: dict[float, NoiseSolveResult] = {}
-    accuracies: dict[str, list[float]] = {}
-    extensions = 0
+    ladder = _Ladder(cfg, reporter or NullReporter())
+    ladder.run([_noise_child(cfg, t) for t in cfg.levels] + ladder.seed_children("baseline", 0.0, cfg.seeds))
+    ladder.order = list(cfg.levels)
+    learned = ladder.learned()
+    if not learned.informative:
+        ladder.reporter.progress(1.0, "uninformative: the BF16 baseline did not learn")
+        return _uninformative(cfg, ladder, learned)
+    ladder.run([c for t in cfg.levels for c in ladder.seed_children(f"{t:g}x", ladder.solved[t].sigma, cfg.seeds)])
+    extensions = bisections = 0
     while True:
-        new = [t for t in targets if t not in solved]
-        for child, noise in run_children(reporter, [_noise_child(cfg, t) for t in new]):
-            solved[child.config["target_multiple"]] = noise
-        _train_levels(cfg, reporter, new, solved, accuracies, targets)
-        budget = find_budget(accuracies["baseline"], [_level(t, solved[t], accuracies) for t in targets],
-                             cfg.tolerance, cfg.seed_z)
-        more = extend_ladder(targets, budget.status, cfg.extend_factor)
-        if not more or extensions >= cfg.max_extensions:
-            break
-        extensions += 1
-        targets = sorted(targets + more)
+        budget = ladder.budget()
+        deciding = budget.deciding
+        if (deciding is not None and deciding.judgement == "inconclusive"
+                and len(deciding.accuracies) < cfg.max_seeds):
+            ladder.add_seed(deciding.target)
+            continue
+        more = extend_ladder(ladder.order, budget.status, cfg.extend_factor)
+        if more and extensions < cfg.max_extensions:
+            extensions += 1
+            ladder.add_levels(more)
+            continue
+        middle = bisect_target(budget.bracket, cfg.resolution) if budget.status == "reached" else None
+        if middle is not None and middle not in ladder.order and bisections < cfg.max_bisections:
+            bisections += 1
+            ladder.add_levels([middle])
+            continue
+        break
     if budget.status == "below_ladder":
-        raise ConfigError(f"the lowest level ({min(targets):g}x) still drops accuracy beyond {cfg.tolerance:g} points "
-                          f"after {extensions} extension(s) of the ladder; start the ladder lower")
-    reporter.progress(1.0, "budget not reached" if budget.status == "not_reached" else f"budget {budget.budget:.3g}x")
-    return _result(cfg, budget, solved, accuracies, targets, extensions)
+        lowest = budget.levels[0]
+        why = (f"stays inconclusive after {len(lowest.accuracies)} seeds (raise max_seeds)"
+               if lowest.judgement == "inconclusive" else f"still drops accuracy beyond {cfg.tolerance:g} points")
+        raise ConfigError(f"the lowest level ({lowest.multiple:.3g}x) {why} after {extensions} extension(s) of the "
+                          "ladder; start the ladder lower")
+    ladder.reporter.progress(1.0, "budget not reached" if budget.status == "not_reached"
+                             else f"budget {budget.budget:.3g}x")
+    return _result(cfg, ladder, budget, ladder.learned(), extensions, bisections)
 
 
-def _train_levels(cfg: CalibrationJobConfig, reporter: Reporter, new: list[float],
-                  solved: dict[float, NoiseSolveResult], accuracies: dict[str, list[float]],
-                  targets: list[float]) -> None:
-    """Train the baseline (once) and each new level's seeds; their final accuracies into ``accuracies``."""
-    runs = [_train_child(cfg, "baseline", 0.0, s) for s in range(cfg.seeds) if "baseline" not in accuracies]
-    runs += [_train_child(cfg, f"{t:g}x", solved[t].sigma, s) for t in new for s in range(cfg.seeds)]
-    for done, (child, trained) in enumerate(run_children(reporter, runs), 1):
-        accuracy = _final_accuracy(child, trained)
-        name = child.key.rsplit("-s", 1)[0].removeprefix("train-")
-        accuracies.setdefault(name, []).append(accuracy)
-        _trace_level(reporter, cfg, name, accuracies, solved, targets)
-        reporter.progress(min(0.99, done / max(1, len(runs))), f"{child.label}: accuracy {accuracy:.1%}")
+class _Ladder:
+    """A calibration's runs so far: the noise solved per target, the accuracies per level
+    (``baseline``, ``10x``, ...), the baseline's start accuracies, and progress over every
+    run planned (rounds add runs, so the fraction counts them all)."""
+
+    def __init__(self, cfg: CalibrationJobConfig, reporter: Reporter) -> None:
+        self.cfg, self.reporter = cfg, reporter
+        self.order: list[float] = []  # the targets in the order they were added (a level's trace step)
+        self.solved: dict[float, NoiseSolveResult] = {}
+        self.accuracies: dict[str, list[float]] = {}
+        self.starts: list[float] = []
+        self.done = self.planned = 0
+
+    def seed_children(self, name: str, sigma: float, count: int) -> list[ChildJob]:
+        have = len(self.accuracies.get(name, []))
+        return [_train_child(self.cfg, name, sigma, s) for s in range(have, count)]
+
+    def run(self, children: list[ChildJob]) -> None:
+        self.planned += len(children)
+        for child, result in run_children(self.reporter, children):
+            self.done += 1
+            if child.kind == Kind.NOISE_SOLVE:
+                self.solved[child.config["target_multiple"]] = result
+                message = f"{child.label}: {result.multiple:.3g}x at sigma {result.sigma:.3g}"
+            else:
+                accuracy = _final_accuracy(child, result)
+                name = child.key.rsplit("-s", 1)[0].removeprefix("train-")
+                self.accuracies.setdefault(name, []).append(accuracy)
+                if name == "baseline":
+                    if result.start_accuracy is None:
+                        raise ConfigError(f"{child.label}: the run did not evaluate its starting checkpoint, so "
+                                          "nothing shows the baseline learned")
+                    self.starts.append(result.start_accuracy)
+                self._trace(name)
+                message = f"{child.label}: accuracy {accuracy:.1%}"
+            self.reporter.progress(min(0.99, self.done / max(1, self.planned)), message)
+
+    def add_levels(self, targets: list[float]) -> None:
+        self.order += targets
+        self.run([_noise_child(self.cfg, t) for t in targets])
+        self.run([c for t in targets for c in self.seed_children(f"{t:g}x", self.solved[t].sigma, self.cfg.seeds)])
+
+    def add_seed(self, target: float) -> None:
+        """One more seed for an inconclusive level, and for the baseline while it has fewer."""
+        name = f"{target:g}x"
+        count = len(self.accuracies[name]) + 1
+        runs = self.seed_children(name, self.solved[target].sigma, count)
+        runs += self.seed_children("baseline", 0.0, max(count, len(self.accuracies["baseline"])))
+        self.run(runs)
+
+    def budget(self) -> Budget:
+        return find_budget(self.accuracies["baseline"], [self._level(t) for t in self.order], self.cfg.tolerance,
+                           self.cfg.confidence)
+
+    def learned(self) -> Learning:
+        return learning(self.starts, self.accuracies["baseline"], self.cfg.required_gain, self.cfg.confidence)
+
+    def _level(self, target: float) -> Level:
+        noise = self.solved[target]
+        ci = noise.multiple_ci
+        return Level(target, noise.multiple, tuple(self.accuracies[f"{target:g}x"]),
+                     (float(ci[0]), float(ci[1])) if ci and ci[0] is not None and ci[1] is not None else None,
+                     {"noise_sigma": noise.sigma, "noise_seed": noise.noise_seed})
+
+    def _trace(self, name: str) -> None:
+        """One point per level once its first seeds are in: x is the order the level was added
+        in (0 = the baseline), so a bisection level does not move the others."""
+        if len(self.accuracies[name]) != self.cfg.seeds:
+            return
+        if name == "baseline":
+            self.reporter.log(0, {"calibration/multiple": 1.0, "calibration/accuracy": mean(self.accuracies[name])})
+            return
+        target = next(t for t in self.order if f"{t:g}x" == name)
+        self.reporter.log(self.order.index(target) + 1, {"calibration/multiple": self.solved[target].multiple,
+                                                         "calibration/accuracy": mean(self.accuracies[name])})
 
 
 def _final_accuracy(child: ChildJob, trained: TrainingResult) -> float:
@@ -101,29 +198,45 @@ def _final_accuracy(child: ChildJob, trained: TrainingResult) -> float:
     return trained.final_accuracy
 
 
-def _level(target: float, noise: NoiseSolveResult, accuracies: dict[str, list[float]]) -> Level:
-    ci = noise.multiple_ci
-    return Level(target, noise.multiple, tuple(accuracies[f"{target:g}x"]),
-                 (float(ci[0]), float(ci[1])) if ci and ci[0] is not None and ci[1] is not None else None,
-                 {"noise_sigma": noise.sigma, "noise_seed": noise.noise_seed})
+RULE = ("a level is within budget only when the upper end of its accuracy drop's confidence interval (Welch, "
+        "Student's t over the seeds) is at most the tolerance, beyond it when the lower end is above, and "
+        "inconclusive in between (it gets more seeds, up to max_seeds, and still inconclusive ends the budget); the "
+        "budget is the measured multiple of the highest level with every level up to it within, bisected to the "
+        "stated resolution")
 
 
-def _result(cfg: CalibrationJobConfig, budget: Budget, solved: dict[float, NoiseSolveResult],
-            accuracies: dict[str, list[float]], targets: list[float], extensions: int) -> CalibrationResult:
-    first = solved[targets[0]]
-    return CalibrationResult(
+def _uninformative(cfg: CalibrationJobConfig, ladder: _Ladder, learned: Learning) -> CalibrationResult:
+    low = "unbounded" if learned.gain_low is None else f"{learned.gain_low:.3g}"
+    message = (f"uninformative: the BF16 baseline went {learned.start_mean:.1%} -> {learned.final_mean:.1%} over "
+               f"{cfg.steps} steps (gain {learned.gain_points:.3g} points, lower end {low}), not more than the "
+               f"{learned.required_points:.3g} points required, so no drop could be told from no learning and no "
+               "budget is stored. Train longer (steps), raise lr or batch_size, or calibrate a pair whose student "
+               "learns from its teacher.")
+    return CalibrationResult(**_common(cfg, ladder, learned), budget=None, status="uninformative",
+                             bracket=(None, None), curve=[], extensions=0, bisections=0, message=message)
+
+
+def _result(cfg: CalibrationJobConfig, ladder: _Ladder, budget: Budget, learned: Learning, extensions: int,
+            bisections: int) -> CalibrationResult:
+    return CalibrationResult(**_common(cfg, ladder, learned), budget=budget.budget, status=budget.status,
+                             bracket=budget.bracket, curve=[_curve_row(j) for j in budget.levels],
+                             extensions=extensions, bisections=bisections)
+
+
+def _common(cfg: CalibrationJobConfig, ladder: _Ladder, learned: Learning) -> dict:
+    first = ladder.solved[cfg.levels[0]]
+    baseline = ladder.accuracies["baseline"]
+    return dict(
         checkpoint=cfg.model, checkpoint_hash=checkpoint_digest(cfg.model), teacher=cfg.teacher,
         task=first.task, method=cfg.method_label(), metric=cfg.metric,
         unit_engine=first.unit.engine, reference_value=first.reference_value,
         step=checkpoint_step(cfg.model), steps=cfg.steps, seeds=cfg.seeds, tolerance=cfg.tolerance,
-        seed_z=cfg.seed_z, budget=budget.budget, status=budget.status,
-        bracket=budget.bracket, extensions=extensions,
-        baseline={"accuracies": accuracies["baseline"], "mean": budget.baseline_mean, "sd": budget.baseline_sd},
-        curve=[_curve_row(j) for j in budget.levels],
-        noise=[{"target": t, **solved[t].model_dump(mode="json", include=_NOISE_KEYS)} for t in targets],
-        rule=("a level is within tolerance when its mean accuracy drop is at most the tolerance plus seed_z "
-              "standard errors of the seeds' spread; the budget is the measured multiple of the highest level "
-              "with every level up to it within tolerance"),
+        confidence=cfg.confidence, resolution=cfg.resolution,
+        learning=Learned(**asdict(learned), informative=learned.informative),
+        baseline={"accuracies": baseline, "mean": mean(baseline), "sd": sample_sd(baseline)},
+        noise=[{"target": t, **ladder.solved[t].model_dump(mode="json", include=_NOISE_KEYS)} for t in ladder.order
+               or cfg.levels],
+        rule=RULE,
     )
 
 
@@ -133,18 +246,5 @@ _NOISE_KEYS = {"sigma", "multiple", "multiple_ci", "trials"}
 def _curve_row(j: LevelJudgement) -> dict:
     return {"target": j.target, "multiple": j.multiple, "multiple_ci": list(j.multiple_ci) if j.multiple_ci else None,
             "setting": j.setting, "accuracies": list(j.accuracies), "accuracy_mean": j.accuracy_mean,
-            "accuracy_sd": j.accuracy_sd, "drop_points": j.drop_points, "allowance_points": j.allowance_points,
-            "within": j.within}
-
-
-def _trace_level(reporter: Reporter, cfg: CalibrationJobConfig, name: str, accuracies: dict[str, list[float]],
-                 solved: dict[float, NoiseSolveResult], targets: list[float]) -> None:
-    """One point per level once all its seeds are in: x is the level's index (0 = baseline)."""
-    if len(accuracies[name]) < cfg.seeds:
-        return
-    if name == "baseline":
-        reporter.log(0, {"calibration/multiple": 1.0, "calibration/accuracy": mean(accuracies[name])})
-        return
-    target = next(t for t in targets if f"{t:g}x" == name)
-    reporter.log(targets.index(target) + 1, {"calibration/multiple": solved[target].multiple,
-                                             "calibration/accuracy": mean(accuracies[name])})
+            "accuracy_sd": j.accuracy_sd, "drop_points": j.drop_points, "drop_ci": list(j.drop_ci),
+            "judgement": j.judgement, "within": j.within}

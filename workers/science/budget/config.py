@@ -40,11 +40,25 @@ class CalibrationJobConfig(TrainJobConfig):
     levels: list[float] = Field([10.0, 100.0, 1000.0], min_length=2, max_length=MAX_LEVELS,
                                 description="Target multiples of the ladder (ascending, each above 1); each is "
                                             "realised by weight noise solved to hit it, and measured.")
-    seeds: int = Field(3, ge=1, le=16, description="Training seeds per level and for the BF16 baseline.")
+    seeds: int = Field(3, ge=2, le=16, description="Training seeds per level and for the BF16 baseline to start "
+                                                   "with (at least 2: one seed says nothing about the spread).")
     tolerance: float = Field(1.4, ge=0.0, le=100.0, description="Accuracy drop (points) a level may show and "
                                                                 "still be within budget.")
-    seed_z: float = Field(1.0, ge=0.0, le=10.0, description="A drop counts against a level only beyond tolerance + "
-                                                            "seed_z standard errors of the seeds' spread.")
+    confidence: float = Field(0.95, ge=0.5, lt=1.0, description="Of the drop's interval: a level is within only "
+                                                                "when the interval's upper end is at most the "
+                                                                "tolerance.")
+    max_seeds: int = Field(6, ge=2, le=32, description="An inconclusive level (its interval straddles the "
+                                                       "tolerance) and the baseline get more seeds, one at a time, "
+                                                       "up to this many; a level still inconclusive ends the budget "
+                                                       "below it.")
+    resolution: float = Field(1.5, gt=1.0, le=1e3, description="Bisect between the last level within and the "
+                                                               "first not (in log multiple) until they are within "
+                                                               "this factor of each other.")
+    max_bisections: int = Field(4, ge=0, le=12, description="At most this many bisection levels.")
+    min_gain: float | None = Field(None, ge=0.0, le=100.0,
+                                   description="Points the BF16 baseline must gain over the starting checkpoint "
+                                               "(the lower end of the gain's interval), else the calibration is "
+                                               "uninformative and stores no budget; default: the tolerance.")
     metric: MetricName = Field("k3", description="The metric the multiple is taken on.")
     reference_engine: UnitEngine = Field("auto", description="The BF16 engine that is the unit of the multiple.")
     measure_prompts: int = Field(128, ge=8, le=65_536, description="Prompts per multiple measurement.")
@@ -63,11 +77,25 @@ class CalibrationJobConfig(TrainJobConfig):
             raise ValueError("levels must be strictly ascending")
         return levels
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_seed_z(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "seed_z" in data:
+            raise ValueError("seed_z was removed: a level is judged on its drop's confidence interval (`confidence`), "
+                             "so more seed noise can no longer widen what passes")
+        return data
+
     @model_validator(mode="after")
     def _base_rollout(self) -> "CalibrationJobConfig":
+        if self.max_seeds < self.seeds:
+            raise ValueError(f"max_seeds ({self.max_seeds}) must be at least seeds ({self.seeds})")
         if self.rollout.noise_sigma:
             raise ValueError("rollout.noise_sigma: the calibration sets the noise of each level; leave it 0")
         return self
+
+    @property
+    def required_gain(self) -> float:
+        return self.tolerance if self.min_gain is None else self.min_gain
 
     def method_label(self) -> str:
         """e.g. ``opd:full``, ``opd:sampled+tis``, ``grpo``, ``grpo+tis``."""

@@ -1,8 +1,9 @@
 """The cheapest rollout recipe within a budget.
 
 Candidates span the rollout-config space the engines run: FP8 weights at each scale
-granularity, with and without FP8 KV cache, and the most aggressive of them with the
-per-layer BF16 exceptions the sensitivity scan chooses.  Each is measured (same prompts,
+granularity, with and without FP8 KV cache, and the most aggressive of them with BF16
+exceptions: the set the sensitivity scan's target search chooses, and the top one and two
+parts its ranking names.  Each is measured (same prompts,
 seed and unit as the admission check; the BF16 reference comes from the cache) and placed
 by (KV capacity, multiple).  The Pareto front keeps the candidates no other beats on both;
 the recipe is the one with the largest KV capacity whose CI upper end, times the margin,
@@ -16,6 +17,14 @@ from ..config import ConfigError, MismatchJobConfig, RolloutConfig, SensitivityJ
 from ..reporting import Reporter
 
 WEIGHT_SCALES = ("tensor", "channel", "block")
+#: BF16-exception candidates: the top 1 .. this many ranked parts kept in BF16 (never all of them).
+EXCEPTIONS_TRIED = 2
+
+
+def keep_entry(unit: str) -> int | str:
+    """The ``keep_bf16`` entry of a sensitivity ranking's unit: ``layer 3`` is 3, a module its name."""
+    head, _, index = unit.partition(" ")
+    return int(index) if head == "layer" and index.isdigit() else unit
 
 
 def candidate_rollouts(base: RolloutConfig) -> list[tuple[str, RolloutConfig]]:
@@ -77,10 +86,24 @@ def recipe_within_budget(measurement: MismatchJobConfig, budget: float, margin: 
             "rollout": most["rollout"], "target": budget / margin, "prompts": min(measurement.prompts, 128)}), reporter)
         layers = [row.model_dump(mode="json") for row in scan.ranking[:5]]
         recipe = scan.recipe or {}
+        tried: list[list] = []
         if recipe.get("reached") and recipe.get("keep_bf16"):
+            tried.append(list(recipe["keep_bf16"]))
             points.append({"label": f"{most['label']} with {len(recipe['keep_bf16'])} unit(s) in BF16",
                            "rollout": recipe["rollout"], "multiple": recipe["multiple"], "ci": recipe["multiple_ci"],
                            "capacity": recipe["kv_cache"]["capacity_ratio"]})
+        # The parts the ranking names, kept in BF16 one and two at a time, measured whatever the scan's target
+        # search found: a ranking that names the sensitive layer always yields a candidate that spares it.
+        ranked = [row.unit for row in scan.ranking if row.multiple is not None]
+        for count in range(1, min(EXCEPTIONS_TRIED, len(ranked) - 1) + 1):
+            keep = [keep_entry(unit) for unit in ranked[:count]]
+            if keep in tried or reporter.should_stop():
+                continue
+            tried.append(keep)
+            rollout = RolloutConfig.model_validate({**most["rollout"], "keep_bf16": keep})
+            r = run_mismatch(measurement.model_copy(update={"rollout": rollout, "target_ci": 0.0}), reporter)
+            points.append({"label": f"{most['label']} with {', '.join(ranked[:count])} in BF16", "rollout": r.rollout,
+                           "multiple": r.multiple, "ci": r.multiple_ci, "capacity": r.kv_cache.capacity_ratio})
     front = pareto_front(points)
     return {"recipe": cheapest_within(points, budget, margin), "recipe_candidates": points, "pareto_front": front,
             "recipe_margin": margin, "layers": layers, "recipe_skipped": skipped}

@@ -8,11 +8,15 @@ the BF16 baseline, the bracket and the rule).  The product stores exactly that a
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from ..results import CI, JobResult, MismatchReport, UnitOfMultiple
-from .arithmetic import Verdict
+from .arithmetic import BudgetStatus, Judgement, Verdict
 from .config import BudgetFields, BudgetSpec
+
+#: A calibration's outcome: a budget's status, or ``uninformative`` (no budget: the baseline
+#: did not learn, so no drop could be told from no learning).
+CalibrationStatus = BudgetStatus | Literal["uninformative"]
 
 
 class NoiseTrial(JobResult):
@@ -40,7 +44,11 @@ class NoiseSolveResult(JobResult):
 
 
 class CurveLevel(JobResult):
-    """One rung of a calibration curve, judged (:class:`~.arithmetic.LevelJudgement`)."""
+    """One rung of a calibration curve, judged (:class:`~.arithmetic.LevelJudgement`).
+    Calibrations before the strict rule carried ``allowance_points``; later ones the drop's
+    interval and the judgement."""
+
+    optional_keys = frozenset({"allowance_points", "drop_ci", "judgement"})
 
     target: float
     multiple: float
@@ -50,8 +58,10 @@ class CurveLevel(JobResult):
     accuracy_mean: float
     accuracy_sd: float
     drop_points: float
-    allowance_points: float
     within: bool
+    allowance_points: float | None = None
+    drop_ci: list[float | None] | None = None
+    judgement: Judgement | None = None
 
 
 class Baseline(JobResult):
@@ -74,14 +84,40 @@ class CalibratedBudget(BudgetFields):
     rule: str
 
 
-class CalibrationResult(CalibratedBudget, JobResult):
-    """The ``calibration`` job: the budget, and how the ladder was run to find it."""
+class Learned(JobResult):
+    """What the BF16 baseline learned over the starting checkpoint (:class:`~.arithmetic.Learning`)."""
 
+    start_mean: float
+    final_mean: float
+    gain_points: float
+    gain_low: float | None
+    required_points: float
+    seeds: int
+    informative: bool
+
+
+class CalibrationResult(CalibratedBudget, JobResult):
+    """The ``calibration`` job: the budget, and how the ladder was run to find it.  An
+    ``uninformative`` one (the baseline did not learn) has no budget and is never stored as
+    one; ``message`` says what to change."""
+
+    optional_keys = frozenset({"seed_z", "confidence", "learning", "bisections", "resolution", "message"})
+
+    status: CalibrationStatus  # type: ignore[assignment]
     steps: int
     seeds: int
-    seed_z: float
     extensions: int
     noise: list[dict[str, Any]]
+    seed_z: float | None = None  # the old lenient rule's; absent from calibrations under the strict rule
+    confidence: float | None = None
+    learning: Learned | None = None
+    bisections: int | None = None
+    resolution: float | None = None
+    message: str | None = None
+
+    @property
+    def stores_budget(self) -> bool:
+        return self.status != "uninformative"
 
 
 class AdmissionVerdict(MismatchReport):
@@ -107,5 +143,5 @@ class AdmissionVerdict(MismatchReport):
     recipe_skipped: list[dict[str, Any]] | None = None
 
 
-__all__ = ["AdmissionVerdict", "Baseline", "CalibratedBudget", "CalibrationResult", "CurveLevel", "NoiseSolveResult",
-           "NoiseTrial"]
+__all__ = ["AdmissionVerdict", "Baseline", "CalibratedBudget", "CalibrationResult", "CalibrationStatus", "CurveLevel",
+           "Learned", "NoiseSolveResult", "NoiseTrial"]

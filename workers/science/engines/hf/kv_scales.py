@@ -33,6 +33,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from ...atomic_files import write_atomically
+from ...config import ConfigError
 from ...fingerprint import MEASUREMENT_VERSION, checkpoint_digest, digest_of, token_ids_digest
 from ...quant import FP8_MAX, TINY
 
@@ -230,7 +231,8 @@ def static_kv_amax(model_dir: str, base_model: nn.Module, prompt_ids: Sequence[S
 
 def calibration_prompt_ids(model_dir: str, tokenizer, task: str | None = None) -> list[list[int]]:
     """The calibration prompts of a checkpoint: its arithmetic or GSM8K task's *training* split
-    (never the held-out prompts a measurement samples), or the first prompts of a JSONL task."""
+    (never the held-out prompts a measurement samples), or a JSONL task's calibration split
+    (:func:`calibration_split`)."""
     from ...prompts import (
         GSM8K_TASKS,
         arithmetic_prompt_set,
@@ -249,5 +251,21 @@ def calibration_prompt_ids(model_dir: str, tokenizer, task: str | None = None) -
     elif task in GSM8K_TASKS:
         ps = gsm8k_prompt_set("train", limit=CALIBRATION_PROMPTS)  # never the test split a check measures
     else:
-        ps = load_jsonl_prompt_set(task, limit=CALIBRATION_PROMPTS)
+        ps = load_jsonl_prompt_set(calibration_split(task), limit=CALIBRATION_PROMPTS)
     return encode_prompts(tokenizer, ps.prompts(), ps.chat)
+
+
+def calibration_split(task_file: str | Path) -> Path:
+    """The held-out calibration file of a JSONL task: ``<name>.calibration.jsonl`` beside it,
+    never the file a measurement samples (scales fitted on the measured prompts would flatter
+    the very multiple they are judged by).  It must be a file in the task file's own folder
+    (a link out of it is refused: the folder is what the sandbox admitted)."""
+    task = Path(task_file)
+    split = task.with_name(f"{task.name.removesuffix('.jsonl')}.calibration.jsonl")
+    if not split.is_file():
+        raise ConfigError(f"calibrated FP8 KV scales on task {task.name!r} need a calibration split the measurement "
+                          f"never samples: put {split.name} beside it (the same JSONL format), or measure with "
+                          "kv_scales: unit")
+    if split.resolve().parent != task.resolve().parent:
+        raise ConfigError(f"{split.name} leads out of the task's folder; copy the file there instead of linking it")
+    return split

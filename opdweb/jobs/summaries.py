@@ -1,0 +1,54 @@
+"""A job's result in a few words, for the job list's result column and a parent's children
+table: the verdict and multiple of a check, the multiple of a measurement, the final
+accuracy of a training run, a calibration's budget.  Read from a handful of the result's
+keys, extracted by the database (:func:`with_result_keys`), so a list of thousands of jobs
+never loads their whole results; which words follow from which keys the result carries,
+never from the kind's name."""
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.db.models.fields.json import KT
+
+from opdweb import numbers
+
+#: The result keys a summary reads, each annotated as ``summary_<key>``.
+RESULT_KEYS = ("status", "budget", "verdict", "multiple", "final_accuracy")
+
+
+def with_result_keys(jobs: QuerySet) -> QuerySet:
+    return jobs.annotate(**{f"summary_{key}": KT(f"result__{key}") for key in RESULT_KEYS})
+
+
+def summary(job) -> str:
+    """``job``'s result in a few words ('' while it has none); ``job`` carries the
+    annotations of :func:`with_result_keys`."""
+    values = {key: getattr(job, f"summary_{key}", None) for key in RESULT_KEYS}
+    status, budget, verdict, multiple, accuracy = (values[k] for k in RESULT_KEYS)
+    if status == "uninformative":
+        return "uninformative: no budget"
+    if status in ("reached", "not_reached", "below_ladder"):
+        return f"budget {numbers.budget(_number(budget), status)}"
+    if verdict:
+        return f"{verdict} at {numbers.multiple(_number(multiple))}"
+    if multiple is not None:
+        return numbers.multiple(_number(multiple))
+    if accuracy is not None:
+        value = _number(accuracy)
+        return f"accuracy {numbers.significant(100 * value)} %" if value is not None else ""
+    return ""
+
+
+def _number(text) -> float | None:
+    """A JSON number extracted as text (``KT``), back as a float."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def child_rows(parent) -> list[dict]:
+    """The parent's child jobs as its children table shows them, oldest first."""
+    prefix = f"{parent.name or f'#{parent.pk}'}: "
+    children = with_result_keys(parent.children.only("id", "child_key", "name", "kind", "state", "progress"))
+    return [{"id": c.pk, "key": c.child_key, "label": c.name.removeprefix(prefix), "kind": c.kind, "state": c.state,
+             "progress": c.progress, "summary": summary(c)} for c in children.order_by("id")]

@@ -1,0 +1,137 @@
+"""The calibration's control loop on a planted world: a reporter that plays the children
+(each noise solve realises its target exactly, each training run scores a planted accuracy
+curve plus a planted seed offset), so where the loop must land is known by hand.  The
+training itself is tested elsewhere (tests/science/test_training.py); here only the rule,
+the sequential seeds, the bisection and the uninformative stop are under test."""
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from workers.science.budget.calibration import run_calibration
+from workers.science.budget.config import CalibrationJobConfig
+from workers.science.budget.results import NoiseSolveResult
+from workers.science.children import ChildJob
+from workers.science.config import ConfigError
+from workers.science.kinds import Kind
+from workers.science.reporting import RecordingReporter
+from workers.science.training.results import TrainingResult
+
+SIGMA_PER_MULTIPLE = 1e-3  # the planted world's noise: sigma = multiple / 1000
+
+
+class PlantedWorld(RecordingReporter):
+    """Runs a calibration's children by formula: ``accuracy(multiple)`` is the curve (the
+    baseline is multiple 1), ``offset(seed)`` each seed's deviation; ``start`` the starting
+    checkpoint's accuracy."""
+
+    def __init__(self, accuracy: Callable[[float], float], offset: Callable[[int], float] = lambda s: 0.0,
+                 start: float = 0.2) -> None:
+        super().__init__()
+        self.accuracy, self.offset, self.start = accuracy, offset, start
+        self.asked: list[str] = []
+
+    def run_children(self, children: list[ChildJob]):
+        for child in children:
+            self.asked.append(child.key)
+            yield child, (self._noise(child) if child.kind == Kind.NOISE_SOLVE else self._train(child))
+
+    def _noise(self, child: ChildJob) -> NoiseSolveResult:
+        target = child.config["target_multiple"]
+        return NoiseSolveResult(
+            target_multiple=target, sigma=target * SIGMA_PER_MULTIPLE, noise_seed=0, multiple=target,
+            multiple_ci=[0.9 * target, 1.1 * target], trials=[], metric="k3", reference_value=1e-4,
+            unit={"engine": "hf", "dtype": "bfloat16"}, task="arithmetic:1", model=child.config["model"], prompts=64)
+
+    def _train(self, child: ChildJob) -> TrainingResult:
+        sigma = child.config["rollout"]["noise_sigma"]
+        multiple = sigma / SIGMA_PER_MULTIPLE if sigma else 1.0
+        seed_index = child.config["seed"]  # the calibration's seed is 0: seed i is the i-th
+        final = self.accuracy(multiple) + self.offset(seed_index)
+        return TrainingResult(method="opd", model=child.config["model"], task="arithmetic:1", steps=2,
+                              start_accuracy=self.start, final_accuracy=final, evals=[], checkpoint=None,
+                              k3_reference=None, time={}, tokens=0, async_k=0, admission=None)
+
+    def asked_for(self, prefix: str) -> list[str]:
+        return [k for k in self.asked if k.startswith(prefix)]
+
+
+def calibration(student, teacher, **over) -> CalibrationJobConfig:
+    return CalibrationJobConfig.model_validate({"model": student, "teacher": teacher, "levels": [10.0, 100.0],
+                                                "seeds": 2, "steps": 2, "max_extensions": 0, "device": "cpu",
+                                                **over})
+
+
+def test_bisection_lands_on_a_planted_threshold_within_its_resolution(student, teacher):
+    # Accuracy 0.60 up to 42x, then 0.55 (a 5-point drop), no seed spread: every interval is its drop.
+    world = PlantedWorld(lambda m: 0.60 if m <= 42 else 0.55)
+    r = run_calibration(calibration(student, teacher, resolution=1.5, max_bisections=6), world)
+    # 10 within, 100 beyond -> sqrt(1000) = 31.6 within -> sqrt(31.6 * 100) = 56.2 beyond
+    # -> sqrt(31.6 * 56.2) = 42.1 within (42.1 > 42: beyond) ... until the ends are within x1.5.
+    low, high = r.bracket
+    assert r.status == "reached" and r.budget == low and low <= 42 < high and high / low <= 1.5
+    assert world.asked_for("noise-")[:4] == ["noise-10", "noise-100", "noise-31.6", "noise-56.2"]
+    assert r.bisections == len(world.asked_for("noise-")) - 2 and r.resolution == 1.5
+    assert [c.multiple for c in r.curve] == sorted(c.multiple for c in r.curve)  # judged in multiple order
+    assert all(c.judgement == ("within" if c.multiple <= 42 else "beyond") for c in r.curve)
+
+
+def test_without_bisection_the_bracket_is_the_ladders(student, teacher):
+    world = PlantedWorld(lambda m: 0.60 if m <= 42 else 0.55)
+    r = run_calibration(calibration(student, teacher, max_bisections=0), world)
+    assert r.bracket == (10.0, 100.0) and r.bisections == 0 and world.asked_for("noise-") == ["noise-10", "noise-100"]
+
+
+# Seed offsets +1 point, -1 point, then 0: with n seeds the mean is unchanged and sd = sqrt(0.0002 / (n - 1)).
+def two_noisy_seeds(seed: int) -> float:
+    return {0: 0.01, 1: -0.01}.get(seed, 0.0)
+
+
+def test_an_inconclusive_level_gets_seeds_until_it_decides(student, teacher):
+    # 10x: no drop.  Baseline and level alike, n seeds each: se = sqrt(2 * 0.0002 / ((n - 1) n)), Welch df 2(n - 1):
+    #   n = 2: 1.414 pts * t(2) 4.303 = 6.09 > 1.4 -> inconclusive;  n = 3: 0.8165 * 2.776 = 2.27 -> inconclusive;
+    #   n = 4: 0.5774 * 2.447 = 1.413 > 1.4 -> inconclusive;          n = 5: 0.4472 * 2.306 = 1.03 -> within.
+    # 100x: a 5-point drop.  2 seeds against the baseline's 5: df 1.2, half > 6 -> inconclusive; 3 seeds:
+    #   se 0.658 pts, df 3.2, t about 3.1, half about 2.0: lower end about 3.0 > 1.4 -> beyond.
+    world = PlantedWorld(lambda m: 0.60 if m <= 42 else 0.55, two_noisy_seeds)
+    r = run_calibration(calibration(student, teacher, max_seeds=6, max_bisections=0), world)
+    by_target = {c.target: c for c in r.curve}
+    assert len(by_target[10.0].accuracies) == 5 and by_target[10.0].judgement == "within"
+    assert len(by_target[100.0].accuracies) == 3 and by_target[100.0].judgement == "beyond"
+    assert len(r.baseline.accuracies) == 5 and r.budget == 10.0 and r.bracket == (10.0, 100.0)
+    assert by_target[10.0].drop_ci[1] <= 1.4 < by_target[100.0].drop_ci[0]
+
+
+def test_a_level_still_inconclusive_at_the_seed_cap_is_refused_not_passed(student, teacher):
+    world = PlantedWorld(lambda m: 0.60 if m <= 42 else 0.55, two_noisy_seeds)
+    with pytest.raises(ConfigError, match=r"lowest level \(10x\) stays inconclusive after 4 seeds"):
+        run_calibration(calibration(student, teacher, max_seeds=4, max_bisections=0), world)
+
+
+def test_a_calibration_whose_baseline_does_not_learn_is_uninformative_and_trains_no_level(student, teacher):
+    # 10.0 % -> 10.0 % on every seed and every level: the case that used to read "not reached, >= 10,000x".
+    world = PlantedWorld(lambda m: 0.10, start=0.10)
+    r = run_calibration(calibration(student, teacher, levels=[10.0, 100.0, 1000.0]), world)
+    assert r.status == "uninformative" and r.budget is None and r.curve == [] and not r.stores_budget
+    assert r.learning.gain_points == pytest.approx(0.0) and not r.learning.informative
+    assert "uninformative" in r.message and "steps" in r.message
+    assert world.asked_for("train-") == ["train-baseline-s0", "train-baseline-s1"]  # no level trained
+
+
+def test_learning_by_less_than_the_required_gain_is_uninformative(student, teacher):
+    # Gains of 3 points on both seeds (sd 0): lower end 3.0, short of a required 5.
+    world = PlantedWorld(lambda m: 0.23, start=0.20)
+    assert run_calibration(calibration(student, teacher, min_gain=5.0), world).status == "uninformative"
+    assert run_calibration(calibration(student, teacher, min_gain=2.0), world).status == "not_reached"
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"seeds": 1}, "greater than or equal to 2"),
+    ({"seeds": 4, "max_seeds": 3}, "max_seeds (3) must be at least seeds (4)"),
+    ({"seed_z": 1.0}, "seed_z was removed"),
+    ({"resolution": 1.0}, "greater than 1"),
+])
+def test_bad_strict_rule_settings_are_refused(student, teacher, over, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        calibration(student, teacher, **over)
