@@ -107,6 +107,7 @@ def test_a_run_is_an_external_running_job_of_the_tokens_team(tracking, member):
     assert [j["id"] for j in listed.get("/api/jobs?kind=external").json()] == [job.pk]
     page = listed.get("/jobs/?kind=external")
     assert page.status_code == 200 and b"verl fp8" in page.content
+    assert f"?clone={job.pk}".encode() not in page.content  # nothing here can re-run it
     detail = listed.get(f"/jobs/{job.pk}/")
     assert detail.status_code == 200 and run_id.encode() in detail.content
     assert b"Close run" in detail.content and b'id="rerun"' not in detail.content  # nothing here can re-run it
