@@ -42,6 +42,10 @@ def stored_points(job: Job) -> list[tuple[str, int, float]]:
 def mlflow_client(member, asgi_server, monkeypatch):
     """The ``mlflow`` module pointed at the server with a read-write token of the member's
     team; ``mlflow.calls`` records each REST call the client makes (method, endpoint, body)."""
+    # The client's usage telemetry would go to MLflow's servers: off (it also stays off under
+    # pytest, which the client detects, but not by chance).
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("DO_NOT_TRACK", "true")
     import mlflow
     from mlflow.utils import rest_utils
 
