@@ -196,3 +196,47 @@ def test_a_token_revoked_mid_run_stops_the_client_with_the_reason_and_nothing_is
     assert stored_points(job) == [("train/loss", 0, 1.0)]
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
+
+
+def test_a_job_page_following_the_run_gets_each_logged_point_live_once(mlflow_client, member, client):
+    """The job page's websocket (the live charts) follows an MLflow run as it follows any
+    job: each point the trainer logs arrives once, a resent batch sends nothing new, and
+    the end of the run arrives as the job's state."""
+    import asyncio
+
+    from websockets.asyncio.client import connect
+
+    from tests.web.test_live_channel import session_cookie
+
+    mlflow = mlflow_client
+    user, _ = member
+    run = mlflow.MlflowClient().create_run(experiment_id="0")  # made here, logged to from the trainer's thread
+    job = MlflowRun.objects.get(run_id=run.info.run_id).job
+    cookie = session_cookie(client, user)
+    url = f"ws://{mlflow.server}/ws/jobs/{job.pk}/"
+    logged = [("train/loss", s, loss(s)) for s in STEPS] + [("rollout_corr/k3_kl", s, k3(s)) for s in STEPS]
+
+    def trainer():  # the client's active run is per thread: this one resumes the run made above
+        with mlflow.start_run(run_id=run.info.run_id):
+            for step in STEPS:
+                mlflow.log_metrics({"train/loss": loss(step), "rollout_corr/k3_kl": k3(step)}, step=step)
+            batch = next(body for _, endpoint, body in reversed(mlflow.calls) if endpoint.endswith("/log-batch"))
+            assert raw_post(mlflow.server, "/mlflow/api/2.0/mlflow/runs/log-batch", batch, mlflow.secret)[0] == 200
+
+    async def follow():
+        points, states = [], []
+        async with connect(url, additional_headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}) as ws:
+            await ws.send(json.dumps({"type": "resume", "after": {}}))
+            await asyncio.sleep(0.5)  # joined the group before the first point
+            logging = asyncio.get_running_loop().run_in_executor(None, trainer)
+            while "succeeded" not in states:
+                msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=30))
+                if msg["type"] == "points":
+                    points.extend((key, step, value) for key, step, _, value in msg["points"])
+                elif msg["type"] == "state":
+                    states.append(msg["job"]["state"])
+            await logging
+        return points
+
+    points = asyncio.run(follow())
+    assert sorted(points) == sorted(logged)  # each once: the resent batch sent nothing
