@@ -1,7 +1,8 @@
 """A request that cannot be honoured, with the HTTP status to answer it with.
 
 Every app raises :class:`Refused`; the API layer and the pages turn it into a 4xx with the
-message (and, for invalid fields, one ``{field, message}`` per problem).
+message (and, for invalid fields, one ``{field, message}`` per problem), with ``headers``
+when the answer needs some (``Retry-After`` on a 429, ``WWW-Authenticate`` on a 401).
 """
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from workers.science.config import validation_problems
 
 
 class Refused(ValueError):
-    def __init__(self, message: str, status: int = 400, details: list | None = None):
+    def __init__(self, message: str, status: int = 400, details: list | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.details = details or []
+        self.headers = headers or {}
 
     @classmethod
     def invalid(cls, exc: ValidationError, what: str, root: str, model: type[BaseModel] | None = None) -> "Refused":

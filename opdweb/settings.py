@@ -48,6 +48,8 @@ INSTALLED_APPS = [
     "opdweb.rollouts",
     "opdweb.approvals",
     "opdweb.registry",
+    "opdweb.tokens",
+    "opdweb.runs",
 ]
 
 MIDDLEWARE = [
@@ -124,6 +126,9 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_RESET_ON_SUCCESS = False
 
+# Writes one API token may make per minute (opdweb/tokens/rate_limit.py); past it, 429 with Retry-After.
+API_TOKEN_WRITES_PER_MINUTE = env.int("API_TOKEN_WRITES_PER_MINUTE", default=1200)
+
 # A failed CSRF check under /api/ is a JSON 403 like every other API refusal.
 CSRF_FAILURE_VIEW = "opdweb.api.errors.csrf_failure"
 
@@ -152,6 +157,8 @@ STORAGES = {
 
 # A request body above this is refused with 413 before any view runs.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=256 * 1024)
+# Under /mlflow/, MLflow's own limit on a request instead (MAX_BATCH_LOG_REQUEST_SIZE, 1 MB).
+MLFLOW_MAX_REQUEST_BYTES = env.int("MLFLOW_MAX_REQUEST_BYTES", default=1_000_000)
 # A job config above this many bytes of JSON is refused (400) even if the body fits.
 JOB_CONFIG_MAX_BYTES = env.int("JOB_CONFIG_MAX_BYTES", default=64 * 1024)
 

@@ -7,8 +7,9 @@ from opdweb.api import Api
 from opdweb.budgets import api as budgets_api
 from opdweb.health import views as health
 from opdweb.jobs import api as jobs_api
+from opdweb.tokens.authentication import authenticate_bearer
 
-api = Api(title="opdweb", version="1", routes=[jobs_api.routes, budgets_api.routes])
+api = Api(title="opdweb", version="1", routes=[jobs_api.routes, budgets_api.routes], bearer=authenticate_bearer)
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list"), name="home"),
@@ -23,6 +24,9 @@ urlpatterns = [
     path("", include("opdweb.approvals.urls")),
     path("teams/", include("opdweb.teams.urls")),
     path("models/", include("opdweb.registry.urls")),
+    path("tokens/", include("opdweb.tokens.urls")),
+    # MLflow's tracking API, for trainers' MLflow loggers (MLFLOW_TRACKING_URI=<here>/mlflow).
+    path("mlflow/", include("opdweb.runs.urls")),
     path("status/", health.status_page, name="status"),
     path("healthz", health.healthz, name="healthz"),
     path("api/", include(api.urls())),

@@ -1,4 +1,5 @@
-"""A small JSON API layer on plain Django views: session authentication, pydantic
+"""A small JSON API layer on plain Django views: session authentication (and a bearer
+token, through the hook the project passes to :class:`Api`), pydantic
 validation of bodies and query strings, errors as ``{"detail", "errors"}`` with a 4xx,
 and an OpenAPI 3.1 document built from the same declarations (``/api/openapi.json``).
 

@@ -6,8 +6,14 @@ import sys
 from django.http import HttpResponse, JsonResponse
 
 
-def problem(status: int, detail: str, errors: list | None = None) -> JsonResponse:
-    return JsonResponse({"detail": detail, "errors": errors or []}, status=status)
+def problem(status: int, detail: str, errors: list | None = None,
+            headers: dict[str, str] | None = None) -> JsonResponse:
+    return JsonResponse({"detail": detail, "errors": errors or []}, status=status, headers=headers)
+
+
+def refusal(exc) -> JsonResponse:
+    """A :class:`~opdweb.refusals.Refused` as its ``Problem``, with its headers."""
+    return problem(exc.status, str(exc), exc.details, exc.headers)
 
 
 # Django's own answers (no route, an uncaught exception, a suspicious request, a CSRF

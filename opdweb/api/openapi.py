@@ -13,6 +13,18 @@ from opdweb.api.declarations import Endpoint
 NO_NUL = "^[^\\x00]*$"
 
 
+SECURITY_SCHEMES = {
+    "session": {"type": "apiKey", "in": "cookie", "name": "sessionid",
+                "description": "the browser's login session; a write also needs the csrftoken cookie's value "
+                               "as X-CSRFToken"},
+    "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "opd_ token",
+               "description": "a personal API token made on /tokens/ (shown once): one team, read-only or "
+                              "read-write, sent as `Authorization: Bearer opd_...`; no CSRF token needed. 401 "
+                              "says why a token is not accepted (unknown, revoked), 403 why it may not do this "
+                              "(read-only, another team), 429 (with Retry-After) that it wrote too often"},
+}
+
+
 def openapi_document(title: str, version: str, endpoints: list[Endpoint]) -> dict:
     """The document says what each endpoint enforces: the query models' limits, the
     path converters' digits, and every refusal (a JSON ``Problem``) it can answer."""
@@ -32,6 +44,8 @@ def openapi_document(title: str, version: str, endpoints: list[Endpoint]) -> dic
             for name in re.findall(r"<int:(\w+)>", e.route)
         ]
         refusals = {401, *e.errors}
+        if e.method not in ("GET", "HEAD"):
+            refusals.update({403, 429})  # a read-only token; a token past its write rate
         if params:
             refusals.add(404)
         if e.query is not None:
@@ -76,9 +90,9 @@ def openapi_document(title: str, version: str, endpoints: list[Endpoint]) -> dic
         "openapi": "3.1.0",
         "info": {"title": title, "version": version},
         "paths": paths,
-        "components": {"schemas": components,
-                       "securitySchemes": {"session": {"type": "apiKey", "in": "cookie", "name": "sessionid"}}},
-        "security": [{"session": []}],
+        "components": {"schemas": components, "securitySchemes": SECURITY_SCHEMES},
+        # Either one: the browser's session, or a personal API token.
+        "security": [{"session": []}, {"bearer": []}],
     }
 
 

@@ -1,32 +1,50 @@
-"""The API's dispatch: each declared endpoint at its route, session authentication,
-pydantic validation of bodies and query strings, the view's result shaped by the declared
-response, and the OpenAPI document at ``openapi.json``."""
+"""The API's dispatch: each declared endpoint at its route, authentication (the session, or
+a bearer token through the ``bearer`` hook the project passes in), pydantic validation of
+bodies and query strings, the view's result shaped by the declared response, and the
+OpenAPI document at ``openapi.json``.
+
+CSRF: a session request that writes is checked here, as Django's middleware would (the
+dispatcher is exempt from the middleware so that a bearer request, which a browser never
+forges, needs no CSRF token)."""
 from __future__ import annotations
 
-from typing import get_origin
+from typing import Callable, get_origin
 
 from django.http import Http404, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
+from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
 from pydantic import TypeAdapter, ValidationError
 
 from opdweb.api.compression import gzipped
 from opdweb.api.declarations import Endpoint, Routes
-from opdweb.api.errors import problem
+from opdweb.api.errors import problem, refusal
 from opdweb.api.json_input import load_json
 from opdweb.api.openapi import openapi_document
 from opdweb.refusals import Refused
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+#: ``bearer(request, writing) -> bool``: authenticates a request that carries
+#: ``Authorization: Bearer`` (setting ``request.user``) and says whether it did; raises
+#: :class:`Refused` for a token it does not accept or a write the token may not make.
+BearerAuth = Callable[..., bool]
+
 
 class Api:
-    def __init__(self, title: str, version: str, routes: list[Routes]):
+    def __init__(self, title: str, version: str, routes: list[Routes], bearer: BearerAuth | None = None):
         self.title = title
         self.version = version
         self.endpoints = [e for r in routes for e in r.endpoints]
+        self.bearer = bearer
 
     def handle(self, endpoint: Endpoint, request, kwargs) -> HttpResponse:
         if not request.user.is_authenticated:
-            return problem(401, "log in first")
+            if self.bearer is None:
+                return problem(401, "log in first")
+            return problem(401, "log in first, or send an API token as 'Authorization: Bearer <token>'",
+                           headers={"WWW-Authenticate": "Bearer"})
         try:
             bad_query = _query_problem(endpoint, request.GET)
             if bad_query is not None:
@@ -43,7 +61,7 @@ class Api:
                 }
                 kwargs["query"] = endpoint.query.model_validate(raw)
         except Refused as exc:
-            return problem(exc.status, str(exc), exc.details)
+            return refusal(exc)
         except ValidationError as exc:
             failed = next((m for m in (endpoint.body, endpoint.query) if m is not None and m.__name__ == exc.title),
                           None)
@@ -52,7 +70,7 @@ class Api:
         try:
             result = endpoint.view(request, **kwargs)
         except Refused as exc:
-            return problem(exc.status, str(exc), exc.details)
+            return refusal(exc)
         except Http404 as exc:
             return problem(404, str(exc) or "not found")
         if isinstance(result, HttpResponseBase):
@@ -86,12 +104,26 @@ class Api:
                 response = problem(405, f"{request.method} not allowed; use {', '.join(sorted(methods))}")
                 response["Allow"] = ", ".join(sorted(methods))
                 return response
+            writing = request.method not in SAFE_METHODS
+            try:
+                by_token = self.bearer is not None and self.bearer(request, writing=writing)
+            except Refused as exc:
+                return refusal(exc)
+            if writing and not by_token:
+                rejected = _csrf_rejection(request)
+                if rejected is not None:
+                    return rejected
             return gzipped(request, self.handle(endpoint, request, kwargs))
 
-        return dispatch
+        return csrf_exempt(dispatch)
 
     def openapi(self) -> dict:
         return openapi_document(self.title, self.version, self.endpoints)
+
+
+def _csrf_rejection(request) -> HttpResponse | None:
+    """Django's own CSRF check of a session request (its failure view answers a ``Problem``)."""
+    return CsrfViewMiddleware(lambda r: HttpResponse()).process_view(request, None, (), {})
 
 
 def _query_problem(endpoint: Endpoint, query) -> JsonResponse | None:

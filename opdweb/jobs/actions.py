@@ -21,6 +21,7 @@ from opdweb.refusals import Refused
 from opdweb.sandbox import confine
 from opdweb.teams import audit
 from workers.science.entrypoints import JobKind, UnknownJobKind, get_kind
+from workers.science.kinds import EXTERNAL_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,11 @@ def do_cancel_job(job: Job, user=None) -> Job:
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.is_terminal:
             raise Refused(f"job #{job.pk} already {job.state}", status=409)
-        if job.state == JobState.QUEUED:
+        if job.kind in EXTERNAL_KINDS:
+            # Nothing here runs it, so nothing could honour a request: the run is closed now
+            # and the trainer's later writes are refused.
+            job.cancel("closed in opdweb; the trainer's further writes are refused")
+        elif job.state == JobState.QUEUED:
             job.cancel("cancelled before it started")
         elif job.cancel_requested:
             raise Refused(f"job #{job.pk} is already being cancelled", status=409)
@@ -160,7 +165,9 @@ def do_reap_stale_jobs(now=None) -> list[tuple[int, str]]:
     cutoff = now - timedelta(seconds=settings.JOB_STALE_SECONDS)
     reaped = []
     with transaction.atomic():
-        stale = Job.objects.select_for_update(skip_locked=True).filter(state=JobState.RUNNING, heartbeat_at__lt=cutoff)
+        # An external run has no worker and no heartbeat: its trainer ends it.
+        stale = (Job.objects.select_for_update(skip_locked=True)
+                 .filter(state=JobState.RUNNING, heartbeat_at__lt=cutoff).exclude(kind__in=EXTERNAL_KINDS))
         for job in stale:
             kind = get_kind(job.kind)
             lost = f"worker {job.worker or '?'} lost: no heartbeat since {job.heartbeat_at:%Y-%m-%d %H:%M:%S}Z"

@@ -13,6 +13,7 @@ from opdweb.jobs.models import TERMINAL_STATES, Job, JobState
 from opdweb.jobs.summaries import summary, with_result_keys
 from opdweb.refusals import Refused
 from workers.science.entrypoints import KINDS
+from workers.science.kinds import EXTERNAL_KINDS
 
 PAGE_SIZE = 50
 
@@ -20,6 +21,8 @@ PAGE_SIZE = 50
 SORT_FIELDS = {"id": "id", "kind": "kind", "state": "state", "created": "created_at",
                "user": "created_by__username", "name": "name"}
 DEFAULT_SORT = "-created"
+#: Every kind a job may have: the runnable ones, then those that report in from outside.
+LISTED_KINDS: tuple[str, ...] = (*KINDS, *EXTERNAL_KINDS)
 FILTERS = ("kind", "state", "model", "user", "q", "children")
 # What a row shows: reading only these keeps a sort over thousands of jobs in memory
 # (whole rows, with configs and results, made PostgreSQL sort on disk).
@@ -39,8 +42,8 @@ class JobListView:
     def from_query(cls, query) -> JobListView:
         filters = {name: query.get(name, "").strip() for name in FILTERS}
         filters = {name: value for name, value in filters.items() if value}
-        if filters.get("kind") and filters["kind"] not in KINDS:
-            raise Refused(f"unknown kind {filters['kind']!r}; kinds are {', '.join(KINDS)}")
+        if filters.get("kind") and filters["kind"] not in LISTED_KINDS:
+            raise Refused(f"unknown kind {filters['kind']!r}; kinds are {', '.join(LISTED_KINDS)}")
         if filters.get("state") and filters["state"] not in JobState.values:
             raise Refused(f"unknown state {filters['state']!r}; states are {', '.join(JobState.values)}")
         if filters.get("children") not in (None, "shown"):

@@ -11,6 +11,8 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from workers.science.kinds import Kind
+
 
 class JobState(models.TextChoices):
     QUEUED = "queued"
@@ -70,6 +72,15 @@ class Job(models.Model):
         return self.state in TERMINAL_STATES
 
     # -- state changes ------------------------------------------------------------------
+    @classmethod
+    def open_external(cls, *, team, user, name: str, config: dict) -> Job:
+        """The job of a run that trains elsewhere and reports in (kind ``external``):
+        running from the start, never queued, with no worker and no heartbeat (the
+        reaper leaves it alone); its trainer ends it through :meth:`finish`."""
+        now = timezone.now()
+        return cls.objects.create(team=team, created_by=user, kind=Kind.EXTERNAL, name=name[:200], config=config,
+                                  state=JobState.RUNNING, started_at=now, message="reporting from outside")
+
     @classmethod
     def claim(cls, job_id: int, attempt: int, worker: str) -> Job | None:
         """Move the job from queued to running on ``worker``, unless this delivery is stale

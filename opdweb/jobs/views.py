@@ -18,7 +18,7 @@ from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.compare import compared_jobs, compared_series, metric_rows, parameter_rows, parse_compared_ids
 from opdweb.jobs.history import history_reads
-from opdweb.jobs.listing import JobListView
+from opdweb.jobs.listing import LISTED_KINDS, JobListView
 from opdweb.jobs.models import Job, JobState
 from opdweb.jobs.result_charts import presented
 from opdweb.jobs.summaries import child_rows
@@ -50,7 +50,7 @@ def job_list(request):
                                      ("Created", "created"), ("By", "user"))]
     users = get_user_model().objects.filter(memberships__team__in=teams).distinct().order_by("username")
     context = {"jobs": page.object_list, "page": page, "view": view, "columns": columns,
-               "kinds": KINDS, "states": JobState.values, "usernames": users.values_list("username", flat=True),
+               "kinds": LISTED_KINDS, "states": JobState.values, "usernames": users.values_list("username", flat=True),
                "previous_url": view.url(page=str(page.previous_page_number())) if page.has_previous() else "",
                "next_url": view.url(page=str(page.next_page_number())) if page.has_next() else ""}
     return render(request, "jobs/list.html", context)

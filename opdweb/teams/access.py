@@ -3,6 +3,11 @@
 The rule for a team's object (a job, a config, an approval, the team itself): someone
 outside the team gets a 404 (other teams' objects are never revealed); a member whose
 role is too low gets a 403.
+
+A request authenticated by an API token (``user.api_token``, set by
+:mod:`opdweb.tokens.authentication`) reaches the token's one team only: the user's other
+teams are as if they were not theirs, except that an object there is refused with a 403
+saying so (the owner may see it with another token or the session, so nothing is revealed).
 """
 from __future__ import annotations
 
@@ -13,14 +18,35 @@ from opdweb.refusals import Refused
 from opdweb.teams.models import Membership, Role, Team
 
 
+def token_team_id(user) -> int | None:
+    """The one team a token-authenticated user may reach; None for a session."""
+    token = getattr(user, "api_token", None)
+    return token.team_id if token is not None else None
+
+
+def _outside_token_team(user, team: Team, what: str) -> Refused:
+    token = user.api_token
+    return Refused(f"API token {token.name!r} is for team {token.team.slug}; {what} is in team {team.slug}",
+                   status=403)
+
+
 def teams_of(user, min_role: Role = Role.VIEWER) -> QuerySet[Team]:
-    """Teams in which ``user`` holds at least ``min_role``."""
+    """Teams in which ``user`` holds at least ``min_role`` (only the token's, for a token)."""
     if not user.is_authenticated:
         return Team.objects.none()
-    return Team.objects.filter(memberships__user=user, memberships__role__gte=min_role)
+    teams = Team.objects.filter(memberships__user=user, memberships__role__gte=min_role)
+    scope = token_team_id(user)
+    return teams if scope is None else teams.filter(pk=scope)
 
 
 def role_in(user, team_id: int) -> Role | None:
+    scope = token_team_id(user)
+    if scope is not None and scope != team_id:
+        return None
+    return _membership_role(user, team_id)
+
+
+def _membership_role(user, team_id: int) -> Role | None:
     if not user.is_authenticated:
         return None
     role = Membership.objects.filter(user=user, team_id=team_id).values_list("role", flat=True).first()
@@ -48,6 +74,9 @@ def visible_in_team(model: type[Model], what: str, user, pk: int, min_role: Role
         obj = model.objects.select_related("team", *related).annotate(role=Subquery(role)).filter(pk=pk).first()
     if obj is None or obj.role is None:
         raise Http404(f"{what} #{pk} not found")
+    scope = token_team_id(user)
+    if scope is not None and obj.team_id != scope:
+        raise _outside_token_team(user, obj.team, f"{what} #{pk}")
     obj.viewer_role = _at_least(Role(obj.role), min_role, obj.team.slug)
     return obj
 
@@ -55,8 +84,11 @@ def visible_in_team(model: type[Model], what: str, user, pk: int, min_role: Role
 def team_for(user, slug: str, min_role: Role = Role.VIEWER) -> Team:
     """The team named ``slug`` with ``viewer_role`` set, under the rule above."""
     team = Team.objects.filter(slug=slug).first()
-    role = role_in(user, team.pk) if team is not None else None
+    role = _membership_role(user, team.pk) if team is not None else None
     if role is None:
         raise Http404(f"team {slug!r} not found")
+    scope = token_team_id(user)
+    if scope is not None and team.pk != scope:
+        raise _outside_token_team(user, team, f"team {slug!r}")
     team.viewer_role = _at_least(role, min_role, slug)
     return team

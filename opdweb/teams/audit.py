@@ -15,6 +15,9 @@ MEMBER_ROLE_CHANGED = "member.role_changed"
 WEBHOOK_CHANGED = "webhook.changed"
 JOB_SUBMITTED = "job.submitted"
 JOB_CANCELLED = "job.cancelled"
+TOKEN_CREATED = "token.created"
+TOKEN_REVOKED = "token.revoked"
+RUN_STARTED = "run.started"
 
 
 def record(team, actor, action: str, summary: str, *, subject: str = "", subject_id: int | None = None,

@@ -153,7 +153,8 @@ def test_an_unknown_body_field_and_a_wrong_method_are_refused(api):
 def test_the_openapi_document_describes_bodies_queries_and_problems(api):
     schema = api.get("/api/openapi.json").json()
     post = schema["paths"]["/api/jobs"]["post"]
-    assert set(post["responses"]) == {"201", "400", "401", "403", "413", "503"}  # 503: broker down
+    # 503: broker down; 429: a token past its write rate
+    assert set(post["responses"]) == {"201", "400", "401", "403", "413", "429", "503"}
     body = post["requestBody"]["content"]["application/json"]["schema"]
     assert body["discriminator"]["propertyName"] == "kind"  # one alternative per kind, with its config schema
     selftest = schema["components"]["schemas"]["SelftestSubmission"]

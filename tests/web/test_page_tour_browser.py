@@ -9,6 +9,7 @@ from opdweb.approvals.actions import do_request_approval
 from opdweb.registry.models import RegisteredModel
 from opdweb.rollouts.actions import do_create_config
 from opdweb.teams.models import Role
+from opdweb.tokens.actions import do_create_token
 from opdweb.traces.sink import TraceSink
 from tests.web.approval_world import admission_job, make_budget, make_checkpoint
 from tests.web.browser import log_in
@@ -39,6 +40,14 @@ def test_every_page_renders_without_errors(start_asgi_server, page, tmp_path, se
     scan = JobFactory(team=team, created_by=user, kind="sensitivity", state="succeeded",
                       config={"model": checkpoint, "rollout": fp8.config}, result=SENSITIVITY)
     approval = do_request_approval(record=fp8, user=user, checkpoint=checkpoint, comment="for the 7B run")
+    external = JobFactory(team=team, created_by=user, kind="external", state="running", name="verl fp8 run",
+                          config={"mlflow": {"experiment_id": "1", "experiment": "opd", "run_id": "ab" * 16},
+                                  "params": {"lr": "1e-6"}, "tags": {"mlflow.runName": "verl fp8 run"}})
+    sink = TraceSink(external.pk)
+    sink.add_many("rollout_corr/k3_kl", range(50), [1e-4 * (1 + s / 10) for s in range(50)],
+                  [1.7e9 + s for s in range(50)])
+    sink.close()
+    do_create_token(user=user, team=team, name="cluster-a", can_write=True)
     model = RegisteredModel.objects.create(team=team, name="toy student", path=checkpoint, kind="student",
                                            created_by=user)
 
@@ -50,6 +59,7 @@ def test_every_page_renders_without_errors(start_asgi_server, page, tmp_path, se
         "approval": f"/approvals/{approval.pk}/", "budgets": "/budgets/", "budget": f"/budgets/{budget.pk}/",
         "models": "/models/", "model": f"/models/{model.pk}/", "teams": "/teams/", "team": f"/teams/{team.slug}/",
         "audit": f"/teams/{team.slug}/audit/", "webhook": f"/teams/{team.slug}/webhook/", "status": "/status/",
+        "external-job": f"/jobs/{external.pk}/", "tokens": "/tokens/",
     }
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(f"script error: {exc}"))

@@ -19,6 +19,14 @@ class Kind(StrEnum):
     NOISE_SOLVE = "noise-solve"
     CALIBRATION = "calibration"
     ADMISSION = "admission"
+    EXTERNAL = "external"
 
 
-__all__ = ["Kind"]
+#: Kinds whose jobs run outside the product and report into it (a cluster trainer's run,
+#: logged through the MLflow-compatible endpoints): no config schema, no entry point, never
+#: queued, so they are not in the registry of runnable kinds (``entrypoints.KINDS``); the
+#: job list and its filters show them beside those.
+EXTERNAL_KINDS: tuple[Kind, ...] = (Kind.EXTERNAL,)
+
+
+__all__ = ["EXTERNAL_KINDS", "Kind"]

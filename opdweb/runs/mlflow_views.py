@@ -1,0 +1,140 @@
+"""MLflow's REST tracking endpoints under ``/mlflow/``: a trainer's MLflow logger reports
+here with ``MLFLOW_TRACKING_URI=<opdweb>/mlflow`` and ``MLFLOW_TRACKING_TOKEN=<an API
+token>`` (sent as ``Authorization: Bearer``).  Thin: each view reads its fields and calls
+:mod:`.actions`.  Every answer is MLflow's JSON, refusals in its error shape; an endpoint
+MLflow has and this does not is ``ENDPOINT_NOT_FOUND`` (404), which the client treats as
+an older server."""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from django.db import InterfaceError, OperationalError
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from opdweb.refusals import Refused
+from opdweb.runs import actions
+from opdweb.runs import mlflow_requests as read
+from opdweb.runs import mlflow_shapes as shapes
+from opdweb.runs.mlflow_errors import ENDPOINT_NOT_FOUND, MlflowRefused, mlflow_error
+from opdweb.tokens.authentication import bearer_token, check_write, unauthenticated
+from opdweb.tokens.models import ApiToken
+
+log = logging.getLogger(__name__)
+
+PREFIX = "api/2.0/mlflow/"
+Handler = Callable[[ApiToken, dict], dict]
+ENDPOINTS: dict[tuple[str, str], Handler] = {}
+
+
+def endpoint(method: str, name: str):
+    def register(handler: Handler) -> Handler:
+        ENDPOINTS[(method, name)] = handler
+        return handler
+
+    return register
+
+
+@endpoint("GET", "experiments/get-by-name")
+def get_experiment_by_name(token, data):
+    name = read.text(data, "experiment_name", max_length=read.MAX_EXPERIMENT_NAME_LENGTH)
+    return {"experiment": shapes.experiment(actions.experiment_by_name(token, name))}
+
+
+@endpoint("GET", "experiments/get")
+def get_experiment(token, data):
+    return {"experiment": shapes.experiment(actions.experiment_by_id(token, read.text(data, "experiment_id")))}
+
+
+@endpoint("POST", "experiments/create")
+def create_experiment(token, data):
+    name = read.text(data, "name", max_length=read.MAX_EXPERIMENT_NAME_LENGTH)
+    exp = actions.do_create_experiment(token, name, read.tags(data))
+    return {"experiment_id": str(exp.pk)}
+
+
+@endpoint("POST", "runs/create")
+def create_run(token, data):
+    start_time = read.int64(data["start_time"], "start_time") if data.get("start_time") is not None else None
+    run = actions.do_start_run(token, experiment_id=read.text(data, "experiment_id", required=False, default="0"),
+                               user_id=read.text(data, "user_id", required=False, max_length=255),
+                               start_time=start_time, tags=read.tags(data),
+                               run_name=read.text(data, "run_name", required=False, max_length=250))
+    return {"run": shapes.run(run)}
+
+
+@endpoint("GET", "runs/get")
+def get_run(token, data):
+    return {"run": shapes.run(actions.run_for(token, read.run_id(data)))}
+
+
+@endpoint("POST", "runs/update")
+def update_run(token, data):
+    end_time = read.int64(data["end_time"], "end_time") if data.get("end_time") is not None else None
+    run = actions.do_update_run(token, read.run_id(data), status=actions.check_status(read.text(
+        data, "status", required=False)), end_time=end_time,
+        run_name=read.text(data, "run_name", required=False, max_length=250))
+    return {"run_info": shapes.run_info(run)}
+
+
+@endpoint("POST", "runs/log-batch")
+def log_batch(token, data):
+    actions.do_log_batch(token, read.run_id(data), read.log_batch(data))
+    return {}
+
+
+@endpoint("POST", "runs/log-metric")
+def log_metric(token, data):
+    metric = {k: data.get(k) for k in ("key", "value", "timestamp", "step")}
+    actions.do_log_batch(token, read.run_id(data), read.log_batch({"metrics": [metric]}))
+    return {}
+
+
+@endpoint("POST", "runs/log-parameter")
+def log_parameter(token, data):
+    param = {k: data.get(k) for k in ("key", "value")}
+    actions.do_log_batch(token, read.run_id(data), read.log_batch({"params": [param]}))
+    return {}
+
+
+@endpoint("POST", "runs/set-tag")
+def set_tag(token, data):
+    tag = {k: data.get(k) for k in ("key", "value")}
+    actions.do_log_batch(token, read.run_id(data), read.log_batch({"tags": [tag]}))
+    return {}
+
+
+@csrf_exempt  # a bearer token, never a session: nothing a browser could forge
+def dispatch(request, path: str):
+    try:
+        return JsonResponse(_answer(request, path))
+    except Refused as exc:
+        return mlflow_error(exc)
+    except (OperationalError, InterfaceError):
+        log.warning("mlflow %s %s: database unreachable", request.method, path, exc_info=True)
+        return mlflow_error(Refused("the database is unreachable; nothing was changed, try again in a moment",
+                                    status=503))
+
+
+def _answer(request, path: str) -> dict:
+    name = path.removeprefix(PREFIX)
+    handler = ENDPOINTS.get((request.method, name)) if path.startswith(PREFIX) else None
+    if handler is None:
+        methods = [m for (m, n) in ENDPOINTS if n == name]
+        if methods and path.startswith(PREFIX):
+            raise MlflowRefused(f"{request.method} /mlflow/{path} is not allowed; use {', '.join(methods)}",
+                                ENDPOINT_NOT_FOUND, 405)
+        log.info("mlflow endpoint not served: %s /mlflow/%s", request.method, path)
+        raise MlflowRefused(f"opdweb does not serve the MLflow endpoint {request.method} /mlflow/{path} (it keeps "
+                            "runs, params, tags and metrics)", ENDPOINT_NOT_FOUND, 404)
+    token = bearer_token(request)
+    if token is None:
+        raise unauthenticated("send an opdweb API token as 'Authorization: Bearer opd_...' (for MLflow's client: "
+                              "MLFLOW_TRACKING_TOKEN); make one on /tokens/")
+    if request.method == "GET":
+        data = {k: request.GET.get(k) for k in request.GET}
+    else:
+        check_write(token)
+        data = read.json_body(read.body_of(request))
+    return handler(token, data)
