@@ -9,4 +9,5 @@ urlpatterns = [
     path("compare/", views.job_compare, name="compare"),
     path("<int:job_id>/", views.job_detail, name="detail"),
     path("<int:job_id>/cancel/", views.job_cancel, name="cancel"),
+    path("<int:job_id>/extend/", views.job_extend, name="extend"),
 ]

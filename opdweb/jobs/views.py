@@ -104,15 +104,41 @@ def cloned_form(user, job_id: int, prompts: str) -> dict:
     more prompts: the same seed measures the same first prompts again, the BF16 reference
     comes from the cache)."""
     job = visible_job(user, job_id)
-    config = dict(job.config)
-    if job.kind == Kind.ADMISSION and isinstance(config.get("budget"), dict):
-        config["budget"] = config["budget"].get("id")  # the form takes the budget's id
-    for product_field in product_values(job):  # the worker fills these in; a config may not set them
-        config.pop(product_field, None)
-    if prompts.isdigit() and "prompts" in config:
-        config["prompts"] = int(prompts)
+    config = resubmitted_config(job, int(prompts) if prompts.isdigit() else None)
     return {"kind": job.kind, "config": json.dumps(config, indent=2), "team": job.team.slug,
             "name": (job.name or f"re-run of #{job.pk}")[:200]}
+
+
+def resubmitted_config(job, prompts: int | None = None) -> dict:
+    """``job``'s config as a submission takes it again (a budget by its id, no product-set
+    values), with ``prompts`` where given."""
+    config = dict(job.config)
+    if job.kind == Kind.ADMISSION and isinstance(config.get("budget"), dict):
+        config["budget"] = config["budget"].get("id")  # a submission names the budget by its id
+    for product_field in product_values(job):  # the worker fills these in; a config may not set them
+        config.pop(product_field, None)
+    if prompts is not None and "prompts" in config:
+        config["prompts"] = prompts
+    return config
+
+
+@login_required
+@require_POST
+@answers_refusals
+def job_extend(request, job_id: int):
+    """"Extend to decide": the same measurement again with the prompts its verdict said would
+    likely decide it (the same seed, so the first prompts are the same and the BF16 reference
+    is read from the cache), submitted at once."""
+    job = visible_job(request.user, job_id, Role.MEMBER)
+    prompts = request.POST.get("prompts", "")
+    current = int(job.config.get("prompts") or 0)
+    if not prompts.isdigit() or int(prompts) <= current:
+        raise Refused(f"prompts: give a whole number above this check's {current} (got {prompts!r})",
+                      details=[{"field": "prompts", "message": "must be more than before"}])
+    extended = do_submit_job(team=job.team, user=request.user, kind_name=job.kind,
+                             config=resubmitted_config(job, int(prompts)),
+                             name=f"{job.name or f'#{job.pk}'} (extended to {int(prompts):,} prompts)"[:200])
+    return redirect("jobs:detail", job_id=extended.pk)
 
 
 def mismatch_summary(result: BaseModel | None) -> dict | None:

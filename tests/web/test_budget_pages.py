@@ -198,3 +198,24 @@ def test_the_budgets_page_says_how_to_calibrate_and_links_an_example_that_learns
     # the example the form offers: the steps and batch on which the toy student learns (tested by training it in
     # tests/science/test_budget_jobs.py::test_the_calibration_example_offered_on_the_form_learns)
     assert "&quot;steps&quot;: 150" in form and "&quot;batch_size&quot;: 8" in form
+
+
+def test_extend_to_decide_submits_the_same_check_with_the_prompts_that_would_decide_it(member, client, toy_student):
+    user, team = member
+    budget = stored_calibration(team, user, toy_student, 9.1)
+    check = Job.objects.create(
+        team=team, created_by=user, kind="admission", name="fp8", state=JobState.SUCCEEDED,
+        config={"model": toy_student, "budget": budget.spec(), "prompts": 64, "seed": 3},
+        result=admission_result("inconclusive", 9.0, [6.0, 12.0], budget=budget.spec(), margin=1.01,
+                                reason="the 95% CI [6, 12] contains the budget 9.1x", prompts_to_decide=5000))
+    page = client_page(client, user, f"/jobs/{check.pk}/")
+    assert 'id="extend-to-decide"' in page and 'name="prompts" value="5000"' in page
+    response = client.post(f"/jobs/{check.pk}/extend/", {"prompts": "5000"})
+    extended = Job.objects.exclude(pk=check.pk).get(kind="admission")
+    assert response.status_code == 302 and response["Location"] == f"/jobs/{extended.pk}/"
+    assert extended.config["prompts"] == 5000 and extended.config["seed"] == 3  # the same first prompts, more
+    assert extended.config["budget"]["id"] == budget.pk and extended.name == "fp8 (extended to 5,000 prompts)"
+    before = Job.objects.count()
+    assert client.post(f"/jobs/{check.pk}/extend/", {"prompts": "64"}).status_code == 400  # not more than before
+    assert client.get(f"/jobs/{check.pk}/extend/").status_code == 405
+    assert Job.objects.count() == before
