@@ -82,7 +82,9 @@ def manage(*args: str, env: dict) -> None:
 def import_real_model(var: Path, env: dict) -> None:
     """SmolLM2-135M-Instruct from the GGUF the product ships, as a checkpoint folder under the
     model roots (about 30 s, on first start only); without it the demo starts anyway."""
-    out = var / "models" / "smollm2-135m-instruct"
+    from workers.science.packaged import SMOLLM2_FOLDER
+
+    out = var / "models" / SMOLLM2_FOLDER
     if out.is_dir():
         return
     print("opdweb: importing SmolLM2-135M-Instruct (first start only)", flush=True)

