@@ -105,7 +105,10 @@ def test_an_inconclusive_level_gets_seeds_until_it_decides(student, teacher):
 
 def test_a_level_still_inconclusive_at_the_seed_cap_is_refused_not_passed(student, teacher):
     world = PlantedWorld(lambda m: 0.60 if m <= 42 else 0.55, two_noisy_seeds)
-    with pytest.raises(ConfigError, match=r"lowest level \(10x\) stays inconclusive after 4 seeds"):
+    # 4 seeds each side: half-width 1.413 points around a drop of 0 (test above), so [-1.41, 1.41] straddles 1.4.
+    refusal = (r"lowest level \(10x\) stays inconclusive after 4 seeds and 0 extension\(s\) of the ladder: its "
+               r"drop's interval \[-1.41, 1.41\] points still straddles the tolerance 1.4; raise max_seeds")
+    with pytest.raises(ConfigError, match=refusal):
         run_calibration(calibration(student, teacher, max_seeds=4, max_bisections=0), world)
 
 

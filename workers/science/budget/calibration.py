@@ -106,10 +106,16 @@ def run_calibration(cfg: CalibrationJobConfig, reporter: Reporter | None = None)
         break
     if budget.status == "below_ladder":
         lowest = budget.levels[0]
-        why = (f"stays inconclusive after {len(lowest.accuracies)} seeds (raise max_seeds)"
-               if lowest.judgement == "inconclusive" else f"still drops accuracy beyond {cfg.tolerance:g} points")
-        raise ConfigError(f"the lowest level ({lowest.multiple:.3g}x) {why} after {extensions} extension(s) of the "
-                          "ladder; start the ladder lower")
+        if lowest.judgement == "inconclusive":
+            low, high = lowest.drop_ci
+            interval = "unbounded" if low is None or high is None else f"[{low:.3g}, {high:.3g}] points"
+            raise ConfigError(
+                f"the lowest level ({lowest.multiple:.3g}x) stays inconclusive after {len(lowest.accuracies)} seeds "
+                f"and {extensions} extension(s) of the ladder: its drop's interval {interval} still straddles the "
+                f"tolerance {cfg.tolerance:g}; raise max_seeds, or the tolerance, or lower the seed spread (more "
+                "eval_prompts)")
+        raise ConfigError(f"the lowest level ({lowest.multiple:.3g}x) still drops accuracy beyond {cfg.tolerance:g} "
+                          f"points after {extensions} extension(s) of the ladder; start the ladder lower")
     ladder.reporter.progress(1.0, "budget not reached" if budget.status == "not_reached"
                              else f"budget {budget.budget:.3g}x")
     return _result(cfg, ladder, budget, ladder.learned(), extensions, bisections)
