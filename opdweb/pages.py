@@ -9,7 +9,8 @@ import copy
 import functools
 from urllib.parse import urlsplit
 
-from django.http import HttpResponse, QueryDict
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.urls import Resolver404, resolve
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -50,7 +51,10 @@ def refused_in_place(request, exc: Refused) -> HttpResponse | None:
     page.refusal = {"form": request.path, "message": str(exc),
                     "details": [d for d in exc.details if d.get("message") != str(exc)],
                     "values": {k: v for k, v in request.POST.items() if k != "csrfmiddlewaretoken"}}
-    response = match.func(page, *match.args, **match.kwargs)
+    try:
+        response = match.func(page, *match.args, **match.kwargs)
+    except (Http404, PermissionDenied, Refused):  # that page cannot be drawn for this person: the refusal page
+        return None
     if response.status_code != 200 or not response.get("Content-Type", "").startswith("text/html"):
         return None
     response.status_code = exc.status

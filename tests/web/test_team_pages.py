@@ -153,3 +153,10 @@ def test_invitations_are_for_admins_and_new_names_only(team_admin):
         response = logged_in(admin).post(f"/teams/{team.slug}/invitations/", data)
         assert response.status_code == status and words in response.content.decode(), (data, response.content)
     assert get_user_model().objects.count() == before and not AuditEntry.objects.filter(action="member.invited")
+
+
+def test_a_refusal_whose_page_cannot_be_drawn_gets_the_refusal_page(team_admin):
+    team, admin = team_admin
+    response = logged_in(admin).post(f"/teams/{team.slug}/members/", {"username": "nobody-by-that-name", "role": 20},
+                                     HTTP_REFERER="http://testserver/jobs/999999/")  # a page that is a 404 now
+    assert response.status_code == 400 and 'class="card problem"' in response.content.decode()
