@@ -27,9 +27,13 @@ def back_link(request) -> str | None:
     return None
 
 
+def further_details(exc: Refused) -> list[dict]:
+    """The refusal's field problems, less any that only repeat its message (never said twice)."""
+    return [d for d in exc.details if d.get("message") != str(exc)]
+
+
 def refused_page(request, exc: Refused):
-    details = [d for d in exc.details if d.get("message") != str(exc)]  # never the message twice
-    return render(request, "refused.html", {"status": exc.status, "message": str(exc), "details": details,
+    return render(request, "refused.html", {"status": exc.status, "message": str(exc), "details": further_details(exc),
                                             "back": back_link(request)}, status=exc.status)
 
 
@@ -49,7 +53,7 @@ def refused_in_place(request, exc: Refused) -> HttpResponse | None:
     page.method, page.path, page.path_info = "GET", url.path, url.path
     page.GET, page.POST = QueryDict(url.query), QueryDict()
     page.refusal = {"form": request.path, "message": str(exc),
-                    "details": [d for d in exc.details if d.get("message") != str(exc)],
+                    "details": further_details(exc),
                     "values": {k: v for k, v in request.POST.items() if k != "csrfmiddlewaretoken"}}
     try:
         response = match.func(page, *match.args, **match.kwargs)

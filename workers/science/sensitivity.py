@@ -43,6 +43,13 @@ def scanned_parts(session: MeasurementSession, granularity: ScanGranularity) -> 
     return [ScannedPart(name, name) for name in names]
 
 
+def keep_entry(unit: str) -> int | str:
+    """The ``keep_bf16`` entry of a ranking row's ``unit`` (a :class:`ScannedPart` label):
+    ``layer 3`` is 3, a module or KV-cache name itself."""
+    head, _, index = unit.partition(" ")
+    return int(index) if head == "layer" and index.isdigit() else unit
+
+
 def keep_entries(parts: list[ScannedPart]) -> list[int | str]:
     return [p.keep_entry for p in parts]
 

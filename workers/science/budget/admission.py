@@ -13,7 +13,6 @@ from __future__ import annotations
 from ..config import ConfigError, DriftJobConfig, MismatchJobConfig
 from ..fingerprint import checkpoint_digest
 from ..reporting import NullReporter, Reporter, SubReporter
-from ..results import unit_pair
 from .arithmetic import decide
 from .config import AdmissionJobConfig, BudgetSpec
 from .results import AdmissionVerdict
@@ -32,11 +31,9 @@ def budget_problems(spec: BudgetSpec, digest: str | None, task: str, unit_engine
     if spec.unit_engine != unit_engine:
         problems.append(f"budget: its multiples are of the {spec.unit_engine} BF16 engine, this check's unit is "
                         f"{unit_engine}; set reference_engine to {spec.unit_engine}")
-    budget_trainer = spec.unit_trainer or "fp32"
-    if budget_trainer != unit_trainer:
-        pair = unit_pair(spec.unit_engine, budget_trainer)
-        problems.append(f"budget: its multiples are against the {budget_trainer} trainer ({pair}), this check's is "
-                        f"{unit_trainer}; set trainer_dtype to {budget_trainer}")
+    if spec.trainer != unit_trainer:
+        problems.append(f"budget: its multiples are against the {spec.trainer} trainer ({spec.pair}), this check's is "
+                        f"{unit_trainer}; set trainer_dtype to {spec.trainer}")
     return problems
 
 
@@ -52,7 +49,7 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
                           "offers it: /api/budgets/ID/spec)")
     # The pair is the budget's unless asked otherwise (then refused below when it differs).
     reference = spec.unit_engine if cfg.reference_engine in (None, "auto") else cfg.reference_engine
-    trainer = (spec.unit_trainer or "fp32") if cfg.trainer_dtype == "auto" else cfg.trainer_dtype
+    trainer = spec.trainer if cfg.trainer_dtype == "auto" else cfg.trainer_dtype
     measurement = MismatchJobConfig.model_validate(
         {**cfg.model_dump(include=set(MismatchJobConfig.model_fields)), "reference_engine": reference,
          "trainer_dtype": trainer})

@@ -134,9 +134,15 @@ class BudgetFields(_Strict):
     tolerance: float = Field(1.4, ge=0.0)
 
     @property
+    def trainer(self) -> str:
+        """The unit pair's trainer half: fp32 where the budget records none (calibrated before
+        the pair was named)."""
+        return self.unit_trainer or "fp32"
+
+    @property
     def pair(self) -> str:
         """The unit pair its multiples are of, in words."""
-        return unit_pair(self.unit_engine, self.unit_trainer)
+        return unit_pair(self.unit_engine, self.trainer)
 
 
 class BudgetSpec(BudgetFields):

@@ -15,16 +15,11 @@ from typing import Sequence
 
 from ..config import ConfigError, MismatchJobConfig, RolloutConfig, SensitivityJobConfig
 from ..reporting import Reporter
+from ..sensitivity import keep_entry, run_sensitivity
 
 WEIGHT_SCALES = ("tensor", "channel", "block")
 #: BF16-exception candidates: the top 1 .. this many ranked parts kept in BF16 (never all of them).
 EXCEPTIONS_TRIED = 2
-
-
-def keep_entry(unit: str) -> int | str:
-    """The ``keep_bf16`` entry of a sensitivity ranking's unit: ``layer 3`` is 3, a module its name."""
-    head, _, index = unit.partition(" ")
-    return int(index) if head == "layer" and index.isdigit() else unit
 
 
 def candidate_rollouts(base: RolloutConfig) -> list[tuple[str, RolloutConfig]]:
@@ -64,7 +59,6 @@ def recipe_within_budget(measurement: MismatchJobConfig, budget: float, margin: 
     """The candidates measured, their Pareto front and the cheapest within ``budget`` (the
     admission result's recipe keys)."""
     from ..mismatch import run_mismatch
-    from ..sensitivity import run_sensitivity
 
     points: list[dict] = []
     skipped: list[dict] = []
