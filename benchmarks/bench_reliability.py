@@ -11,9 +11,9 @@ never touches the queues of a running instance; every process it starts is stopp
    (``do_reap_stale_jobs``, ``JOB_STALE_SECONDS`` short) requeues the job; the outcome, the
    time from the kill to it, and the stored points against ``selftest_value``.
 2. **Redis kill -9 + restart**: jobs submitted with no worker running, the broker's Redis
-   killed with SIGKILL and started again on its data and port by its supervisor (as the launcher holds it), then a worker
-   and the resender (``do_resend_lost_messages``): jobs lost and the time to all done.  In a
-   child process, since Django reads ``REDIS_URL`` once.
+   killed with SIGKILL and started again on its data and port by its supervisor (as the
+   launcher holds it), then a worker and the resender (``do_resend_lost_messages``): jobs
+   lost and the time to all done.  In a child process, since Django reads ``REDIS_URL`` once.
 3. **50 websocket clients + 5 logging jobs** on a real daphne: each client resumes and
    acknowledges every points message, as the page does; points missing / duplicated
    against the formula, p95 live latency, daphne's resident memory.

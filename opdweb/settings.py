@@ -172,19 +172,14 @@ WEBHOOK_ALLOWED_HOSTS = env.list("WEBHOOK_ALLOWED_HOSTS", default=[])
 WEBHOOK_CA_FILE = env.str("WEBHOOK_CA_FILE", default="")  # CAs for receivers' TLS (default: the system's)
 
 # Channel layer: live increments only; the database is the source of truth, so a
-# dropped message costs nothing a reconnect cannot recover.  Capacity bounds memory per
-# channel; expiry drops messages a slow client has not read within that many seconds.
+# dropped message costs nothing a reconnect cannot recover.  Redis pub/sub: a job's
+# message crosses Redis once per web process, which holds one subscription per job and
+# fans it out to its own clients (a list layer would push and pop it once per client).
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {
-            # The layer waits on Redis with a 5 s blocking pop; redis-py's default 5 s read
-            # timeout would end that wait with an error and drop every idle client.
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5,
-                       "socket_keepalive": True}],
-            "capacity": 1000,
-            "expiry": 30,
-            "group_expiry": 24 * 3600,
+            "hosts": [{"address": REDIS_URL, "socket_connect_timeout": 5, "socket_keepalive": True}],
         },
     }
 }
