@@ -16,12 +16,13 @@ import threading
 import time
 
 import pytest
-from opdweb_client import ApiError, Credentials, Run
+from opdweb_client import ApiError, Credentials, OpdwebError, Run
 from opdweb_client.transport import Backoff, Transport
 
 from opdweb.jobs.models import JobLogEntry, JobState
 from opdweb.runs.models import MlflowRun
-from opdweb.tokens.actions import do_create_token
+from opdweb.tokens.actions import do_create_token, do_revoke_token
+from opdweb.tokens.models import ApiToken
 from opdweb.traces.models import TracePoint
 from tests.web.conftest import Process, wait_for
 from tests.web.native_client import install_client
@@ -109,6 +110,24 @@ def test_points_logged_through_dropped_connections_and_a_server_restart_are_stor
     assert not JobLogEntry.objects.filter(job=job, message__contains="not stored").exists()
     assert (job.state, job.name, job.config["params"], job.config["tags"]["approved_config"]) == (
         JobState.SUCCEEDED, "through faults", {"lr": "1e-6"}, "cfg-1")
+
+
+def test_a_token_revoked_mid_run_stops_it_with_the_reason_and_nothing_more_is_written(secret, member, asgi_server):
+    run = Run(credentials=Credentials(url=f"http://{asgi_server}", token=secret), flush_interval=0.05)
+    run.log(0, {"train/loss": 1.0})
+    assert run.flush(30)
+    do_revoke_token(token=ApiToken.objects.get(), actor=member[0])
+    run.log(1, {"train/loss": 0.5})
+    with pytest.raises(OpdwebError, match=r"stopped sending; \d+ points unsent: 401 .*'trainer' was revoked"):
+        wait_for(lambda: run.log(2, {"train/loss": 0.25}), 30, "the refusal")
+    with pytest.raises(OpdwebError, match="was revoked"):
+        run.finish()
+    job = MlflowRun.objects.get(run_id=run.id).job
+    assert stored(job.pk) == [("train/loss", 0, 1.0)]
+    with pytest.raises(ValueError, match="step must be an integer"):
+        run.log(1.5, {"x": 1.0})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="1 to 200 characters"):
+        run.log(1, {"k" * 201: 1.0})
 
 
 SCRIPT = """

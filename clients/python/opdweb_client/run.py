@@ -114,11 +114,12 @@ class Run:
             self._raise_failure()
             if self.status is not None or self._closing:
                 raise OpdwebError(f"run {self.id} has ended ({self.status or 'ending'}); nothing more can be logged")
-            if not self._pending:
+            was_empty = not self._pending
+            if was_empty:
                 self._first_pending_at = time.monotonic()
             self._pending.extend(points)
-            if len(self._pending) >= self.batch_size:
-                self._cond.notify_all()
+            if was_empty or len(self._pending) >= self.batch_size:
+                self._cond.notify_all()  # the sender learns when its next batch is due
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every point logged so far is on the server; False if ``timeout`` passed first."""
@@ -155,7 +156,8 @@ class Run:
         if not sent_all:
             with self._cond:
                 unsent = len(self._pending)
-            raise OpdwebError(f"run {self.id}: {unsent} points were not sent within {timeout:g} s; the run stays open")
+            within = f" within {timeout:g} s" if timeout is not None else ""
+            raise OpdwebError(f"run {self.id}: {unsent} points were not sent{within}; the run stays open")
         self._send({"run_id": self.id, "status": status, "end_time": _now_ms()}, "runs/update")
         self.status = status
 
@@ -209,9 +211,10 @@ class Run:
                 batch = self._pending[:self.batch_size]  # stays queued until the server has it
             try:
                 self._send({"run_id": self.id, "metrics": batch})
-            except OpdwebError as exc:  # refused for good (revoked token, closed run), or abandoned
+            except Exception as exc:  # refused for good (revoked token, closed run), abandoned, or a bug
                 with self._cond:
-                    self._failure = exc if not self._abandoned else None
+                    if not self._abandoned:
+                        self._failure = exc if isinstance(exc, OpdwebError) else OpdwebError(repr(exc))
                     self._cond.notify_all()
                 return
             with self._cond:
