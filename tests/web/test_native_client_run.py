@@ -62,28 +62,32 @@ def secret(member):
     return do_create_token(user=user, team=team, name="trainer", can_write=True)[1]
 
 
+@pytest.mark.faults  # kills the server mid-run
 def test_points_logged_through_dropped_connections_and_a_server_restart_are_stored_each_once(
         secret, start_asgi_server):
     first = start_asgi_server()
     proxy = TcpProxy(first)
-    go_on = threading.Event()
+    resume, go_on = threading.Event(), threading.Event()
     run = Run("through faults", params={"lr": "1e-6"}, tags={"approved_config": "cfg-1"},
               credentials=Credentials(url=f"http://{proxy.address}", token=secret), flush_interval=0.1,
               batch_size=100, backoff=Backoff(base=0.05, cap=0.5, attempts=None), timeout=5)
 
     def trainer():
         for step in range(STEPS):
+            if step == 300:
+                resume.wait(120)  # answers are lost while steps 300-699 are sent
             if step == 700:
-                go_on.wait(120)  # the faults below happen while steps 0-699 are sent
+                go_on.wait(120)  # steps 700 on go to the server started in place of the first
             run.log(step, logged(step))
             time.sleep(0.002)
 
     thread = threading.Thread(target=trainer)
     thread.start()
     try:
-        wait_for(lambda: run.sent >= 300, 60, "the first batches")
+        wait_for(lambda: run.sent == 3 * 300, 60, "the first 300 steps")
         # Answers lost after the server wrote the batch: the client sends those batches again.
         proxy.swallow_next(2)
+        resume.set()
         wait_for(lambda: proxy.swallowed == 2, 30, "two answers swallowed")
         # The network gone for a second: every connection dropped, new ones refused.
         proxy.cut()
@@ -98,6 +102,7 @@ def test_points_logged_through_dropped_connections_and_a_server_restart_are_stor
         run.finish()
         job_id = run.job_id  # read through the API, as a trainer would to link its page
     finally:
+        resume.set()
         go_on.set()
         proxy.close()
 
