@@ -16,8 +16,8 @@ import threading
 import time
 
 import pytest
-from opdweb_client import ApiError, Credentials, OpdwebError, Run
-from opdweb_client.transport import Backoff, Transport
+from opdweb_client import ApiError, Backoff, Credentials, OpdwebError, Run
+from opdweb_client.transport import Transport
 
 from opdweb.jobs.models import JobLogEntry, JobState
 from opdweb.runs.models import MlflowRun

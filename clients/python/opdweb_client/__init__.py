@@ -9,7 +9,7 @@ flushed when the process exits.
 from opdweb_client.credentials import Credentials, load_credentials
 from opdweb_client.jobs import TERMINAL_STATES, Client
 from opdweb_client.run import Run
-from opdweb_client.transport import ApiError, NotLoggedIn, OpdwebError
+from opdweb_client.transport import ApiError, Backoff, NotLoggedIn, OpdwebError
 
-__all__ = ["ApiError", "Client", "Credentials", "NotLoggedIn", "OpdwebError", "Run", "TERMINAL_STATES",
+__all__ = ["ApiError", "Backoff", "Client", "Credentials", "NotLoggedIn", "OpdwebError", "Run", "TERMINAL_STATES",
            "load_credentials"]
