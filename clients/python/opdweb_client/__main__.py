@@ -1,0 +1,3 @@
+from opdweb_client.cli import main
+
+raise SystemExit(main())
