@@ -1,7 +1,10 @@
 """Streaming full-data download of a job's points (CSV or JSON lines).
 
 Under ASGI a synchronous iterator would be read whole into memory before sending, so the
-rows are pulled chunk by chunk from a server-side cursor through ``sync_to_async``.
+rows are pulled chunk by chunk from a server-side cursor through ``sync_to_async``, on the
+executor's threads rather than the one thread every request's sync code shares (a long
+export would otherwise stand between every other request and its view); the cursor has a
+database connection of its own (:func:`~opdweb.traces.queries.iter_points`).
 """
 from __future__ import annotations
 
@@ -37,10 +40,10 @@ def export_response(job, fmt: str, keys: list[str] | None) -> StreamingHttpRespo
         if fmt == "csv":
             yield "key,step,wall_time,value\n"
         try:
-            while (chunk := await sync_to_async(next_chunk)()) is not None:
+            while (chunk := await sync_to_async(next_chunk, thread_sensitive=False)()) is not None:
                 yield chunk
         finally:
-            await sync_to_async(rows.close)()
+            await sync_to_async(rows.close, thread_sensitive=False)()
 
     content_type = "text/csv" if fmt == "csv" else "application/x-ndjson"
     response = StreamingHttpResponse(stream(), content_type=content_type)

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from opdweb.traces.models import ROLLUP_WIDTHS, TraceSeries
 
@@ -150,20 +150,32 @@ _JSON_QUERIES = {
 def iter_points(job_id: int, keys: list[str] | None = None, chunk: int = 5000):
     """Every point of a job as ``(key, step, wall_time, value)`` in (key, step) order,
     optionally of some keys only.  A server-side cursor keeps memory flat for any size;
-    yields lists of up to ``chunk`` rows."""
+    yields lists of up to ``chunk`` rows.
+
+    The cursor lives in a transaction on a database connection of its own, never on the
+    thread's: under ASGI one thread runs every request's sync code, so a transaction held
+    open on its connection between chunks would take in the writes of whatever requests
+    ran there meanwhile (uncommitted until the export ends, rolled back if it breaks).  The
+    generator may be resumed and closed from any thread."""
     sql = (
         "SELECT s.key, p.step, p.wall_time, p.value FROM traces_tracepoint p "
         "JOIN traces_traceseries s ON s.id = p.series_id "
         "WHERE s.job_id = %s AND (%s::text[] IS NULL OR s.key = ANY(%s::text[])) "
         "ORDER BY s.key, p.step"
     )
-    with transaction.atomic():
-        connection.ensure_connection()
-        with connection.connection.cursor(name=f"trace_export_{job_id}") as raw:
-            raw.itersize = chunk
-            raw.execute(sql, [job_id, keys or None, keys or None])
-            while rows := raw.fetchmany(chunk):
+    own = connections.create_connection(DEFAULT_DB_ALIAS)
+    own.inc_thread_sharing()
+    try:
+        own.ensure_connection()
+        raw = own.connection
+        with raw.transaction(), raw.cursor(name=f"trace_export_{job_id}") as cursor:
+            cursor.itersize = chunk
+            cursor.execute(sql, [job_id, keys or None, keys or None])
+            while rows := cursor.fetchmany(chunk):
                 yield rows
+    finally:
+        own.close()
+        own.dec_thread_sharing()
 
 
 def series_of(job_id: int) -> list[tuple[int, str]]:
