@@ -27,4 +27,4 @@ RUN SECRET_KEY=build DATABASE_URL=postgres://build@localhost/build REDIS_URL=red
 RUN useradd --create-home --uid 1000 opdweb && mkdir -p /data && chown opdweb /data
 USER opdweb
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "opdweb.asgi:application"]
+CMD ["python", "-m", "opdweb.web_server", "-b", "0.0.0.0", "-p", "8000", "opdweb.asgi:application"]

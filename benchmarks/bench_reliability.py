@@ -124,7 +124,7 @@ class Stack:
 
     def daphne(self) -> tuple[Child, str]:
         port = free_port()
-        child = Child("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+        child = Child("daphne", [sys.executable, "-m", "opdweb.web_server", "-b", "127.0.0.1", "-p", str(port),
                                  "opdweb.asgi:application"], self.env, self.log_dir)
         self.children.append(child)
         wait_for(lambda: reachable("127.0.0.1", port), 60, "daphne to listen", 0.2)

@@ -85,7 +85,7 @@ def daphne():
     from opdweb.embedded_servers import free_port, reachable
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "opdweb.web_server", "-b", "127.0.0.1", "-p", str(port),
                                "opdweb.asgi:application"],
                               env=child_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

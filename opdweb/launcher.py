@@ -130,8 +130,8 @@ def run(args) -> int:
         if reachable(host, port):
             print(f"opdweb: port {port} is taken; set OPDWEB_PORT or pass --port", file=sys.stderr)
             return 1
-        web = ("web server", [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "opdweb.asgi:application"],
-               env)
+        web = ("web server",
+               [sys.executable, "-m", "opdweb.web_server", "-b", host, "-p", str(port), "opdweb.asgi:application"], env)
         supervisor.children = [Child(name, command, child_env, ROOT)
                                for name, command, child_env in [web, *worker_commands(env)]]
         supervisor.start()

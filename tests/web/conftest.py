@@ -179,8 +179,9 @@ def start_asgi_server(service_env, tmp_path):
 
     def start(**extra_env: str) -> str:
         port = free_port()
-        proc = Process(f"daphne-{len(started)}", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                                  "opdweb.asgi:application"], {**service_env, **extra_env}, tmp_path)
+        command = [sys.executable, "-m", "opdweb.web_server", "-b", "127.0.0.1", "-p", str(port),
+                   "opdweb.asgi:application"]
+        proc = Process(f"daphne-{len(started)}", command, {**service_env, **extra_env}, tmp_path)
         started.append(proc)
         wait_for(lambda: reachable("127.0.0.1", port), 60, "daphne to listen", process=proc)
         return f"127.0.0.1:{port}"

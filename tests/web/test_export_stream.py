@@ -124,3 +124,44 @@ def test_a_million_points_export_whole_while_the_machine_is_loaded(member, asgi_
             burner.wait()
     check_rows(rows, POINTS // 2)
     assert answers["job"][:2] == (200, job.pk)
+
+
+def export_cursors() -> list[str]:
+    """What the export's own connection is doing: its last statement, while it is open."""
+    with psycopg.connect(database_url()) as other:
+        rows = other.execute("SELECT state, query FROM pg_stat_activity WHERE query LIKE 'FETCH%%trace_export_%%' "
+                             "AND pid <> pg_backend_pid()").fetchall()
+    return [state for state, _ in rows]
+
+
+@pytest.mark.slow
+def test_a_reader_that_stops_reading_holds_the_export_back_not_the_servers_memory(member, asgi_server,
+                                                                                   transactional_db):
+    """With flow control the export waits at its cursor while its reader does not read; a
+    server without it (daphne alone) had produced the whole body into its memory by then,
+    its cursor long closed."""
+    from django.test import Client
+
+    user, team = member
+    job = JobFactory(team=team)
+    fill(job, POINTS // 2)
+    browser = Client()
+    browser.force_login(user)
+    host, port = asgi_server.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    conn.request("GET", f"/api/jobs/{job.pk}/export?format=csv",
+                 headers={"Cookie": f"sessionid={browser.cookies['sessionid'].value}"})
+    response = conn.getresponse()
+    assert response.status == 200
+    head = response.read(1 << 20)
+    time.sleep(5)  # long enough for the whole body to be produced, were nothing holding it back
+    assert export_cursors() == ["idle in transaction"], "the export ran ahead of its reader"
+    text = (head + response.read()).decode()
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["key", "step", "wall_time", "value"]
+    check_rows(rows[1:], POINTS // 2)
+    for _ in range(50):  # the export's connection goes back once the body is done
+        if not export_cursors():
+            break
+        time.sleep(0.1)
+    assert export_cursors() == []
