@@ -267,6 +267,83 @@ def scenario_redis(tmp: Path, jobs: int, settle: float) -> dict:
     return json.loads(result[-1].removeprefix("RESULT "))
 
 
+# ---------------------------------------------------------------- 2b. PostgreSQL kill -9 mid-job (child process)
+
+def scenario_postgres_child(data_dir: Path, log_dir: Path, steps: int, sleep_s: float) -> dict:
+    """Runs in a child process whose Django uses the embedded PostgreSQL started here,
+    under a supervisor as the launcher holds it; a worker logs a selftest job and the
+    server is killed half way."""
+    from opdweb.embedded_servers import start_embedded_postgres
+
+    url, server = start_embedded_postgres(data_dir)
+    supervisor = Supervisor([server])
+    os.environ["DATABASE_URL"] = url
+    os.environ.update(FAST)
+    from harness import bench_database, team_and_user
+
+    from opdweb.jobs.actions import do_reap_stale_jobs, do_submit_job
+    from opdweb.jobs.models import Job, JobState
+    from opdweb.traces.models import TraceSeries
+
+    try:
+        with bench_database("opdweb_bench_pg_kill"):
+            team, user, _ = team_and_user()
+            stack = Stack(log_dir)
+            try:
+                stack.worker("pg")
+                job = do_submit_job(team=team, user=user, kind_name="selftest",
+                                    config={"steps": steps, "sleep_s": sleep_s})
+
+                def halfway():
+                    series = TraceSeries.objects.filter(job=job, key="selftest/linear").first()
+                    return series is not None and series.last_step >= steps // 2
+
+                wait_for(halfway, 60, "the job to reach half way", 0.05)
+                old = server.pid
+                os.kill(old, signal.SIGKILL)
+                killed = time.monotonic()
+                restarted_after = None
+                from django.db import connection
+
+                while time.monotonic() - killed < 180:
+                    supervisor.check()
+                    try:
+                        connection.close()
+                        if restarted_after is None and server.alive() and server.pid != old:
+                            connection.ensure_connection()
+                            restarted_after = time.monotonic() - killed
+                        if restarted_after is not None:
+                            do_reap_stale_jobs()
+                            job.refresh_from_db()
+                            if job.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+                                break
+                    except Exception:  # noqa: BLE001 - the server is still coming back
+                        pass
+                    time.sleep(0.2)
+                outcome_after = time.monotonic() - killed
+                job.refresh_from_db()
+                lost, duplicated = point_errors(job.pk, steps)
+                attempts = Job.objects.get(pk=job.pk).attempts
+            finally:
+                stack.stop()
+        return {"steps": steps, "sleep_s": sleep_s, "state": job.state, "attempts": attempts,
+                "restarted_after_s": restarted_after, "outcome_after_s": outcome_after, "lost": lost,
+                "duplicated": duplicated}
+    finally:
+        supervisor.stop()
+
+
+def scenario_postgres(tmp: Path, steps: int) -> dict:
+    from harness import child_env
+
+    out = subprocess.run([sys.executable, __file__, "--pg-child", str(tmp / "pg-kill"), "--kill-steps", str(steps)],
+                         env=child_env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if out.returncode != 0 or not result:
+        raise RuntimeError(f"the PostgreSQL scenario failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return json.loads(result[-1].removeprefix("RESULT "))
+
+
 # ---------------------------------------------------------------- 3. websocket clients + logging jobs
 
 def cpu_seconds(pid: int) -> float:
@@ -452,6 +529,14 @@ def table(r: dict) -> str:
             f"worker; SIGKILL {x['settle_s']:g} s after the last submit answered, the embedded Redis under a "
             f"`Supervisor` as the launcher holds it, a worker, `do_resend_lost_messages` "
             f"(`JOB_RESEND_SECONDS={x['resend_seconds']:g}`) |")
+    if "pg" in r:
+        x = r["pg"]
+        rows.append(
+            f"| PostgreSQL kill -9 mid-job | **{x['state']}** (attempt {x['attempts']}) {x['outcome_after_s']:.1f} s "
+            f"after the kill (started again by its supervisor after {x['restarted_after_s'] or float('nan'):.1f} s); "
+            f"**{x['lost']} points lost, {x['duplicated']} duplicated** of {2 * x['steps']} | `selftest` "
+            f"{x['steps']} steps × {x['sleep_s']:g} s on a worker, the embedded PostgreSQL (under a `Supervisor` as "
+            f"the launcher holds it) SIGKILLed at step {x['steps'] // 2}, the reaper running |")
     if "ws" in r:
         w = r["ws"]
         rows.append(
@@ -491,7 +576,7 @@ def table(r: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", default="opdweb_bench_reliability")
-    parser.add_argument("--only", default="kill,redis,ws,tests", help="scenarios to run, comma separated")
+    parser.add_argument("--only", default="kill,redis,pg,ws,tests", help="scenarios to run, comma separated")
     parser.add_argument("--kill-steps", type=int, default=400)
     parser.add_argument("--redis-jobs", type=int, default=20)
     parser.add_argument("--redis-settle", type=float, default=0.0, help="seconds between the last submit and the kill")
@@ -502,9 +587,14 @@ def main() -> int:
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the started processes' logs (their folder is printed on failure)")
     parser.add_argument("--redis-child", help=argparse.SUPPRESS)
+    parser.add_argument("--pg-child", help=argparse.SUPPRESS)
     parser.add_argument("--jobs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
+    if args.pg_child:
+        result = scenario_postgres_child(Path(args.pg_child), Path(args.pg_child), args.kill_steps, 0.02)
+        print("RESULT " + json.dumps(result), flush=True)
+        return 0
     if args.redis_child:
         result = scenario_redis_child(Path(args.redis_child), Path(args.redis_child), args.jobs, args.redis_settle)
         print("RESULT " + json.dumps(result), flush=True)
@@ -531,6 +621,9 @@ def main() -> int:
                 if "redis" in only:
                     results["redis"] = scenario_redis(tmp, args.redis_jobs, args.redis_settle)
                     print("redis:", results["redis"], flush=True)
+                if "pg" in only:
+                    results["pg"] = scenario_postgres(tmp, args.kill_steps)
+                    print("postgres:", results["pg"], flush=True)
                 if "ws" in only:
                     results["ws"] = scenario_websockets(stack, team, user, cookie, args.ws_jobs,
                                                         args.ws_clients_per_job, args.ws_steps, 0.01)

@@ -20,7 +20,10 @@ at or below the last step it has sent for its key, so a reconnecting client miss
 nothing and receives nothing twice.  Live increments arrive from the trace sink as packed
 columns per key (see :mod:`opdweb.traces.live_format`); the sink publishes a batch only
 after it is committed, so increments that arrive before the client's ``resume`` are in the
-database replay already and are dropped, not held.
+database replay already and are dropped, not held.  Each increment names, per key, the
+step its sink wrote before it: one that follows a step this client never got means a
+message was lost on the way (a broker restart, a sink fallen behind), and the consumer
+reads the database instead of leaving a hole.
 
 Memory per connection is bounded: at most ``LIVE_WINDOW_POINTS`` points may be sent and
 not yet acknowledged.  Past that, live increments are not sent (the client is behind);
@@ -225,18 +228,23 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
     async def trace_points(self, event):
         """Forward one live message: per key, only the steps after the last one sent.
         Before ``resume`` nothing is sent or held (the replay reads the database); while
-        catching up, or when the message would overfill the window, it only marks that the
-        catch-up must read the database again."""
+        catching up, when the message would overfill the window, or when it follows a step
+        this client never got (a message lost on the way: a broker restart, a sink that
+        fell behind), it only marks that the catch-up must read the database again."""
         if not self.resumed:
             return
         if self.catching_up:
             self.missed = True
             return
         points = []
-        for key, steps, walls, values in unpack_live_message(event):
-            if not len(steps) or steps[-1] <= self.sent.get(key, -1):
+        for key, after, steps, walls, values in unpack_live_message(event):
+            last_sent = self.sent.get(key, -1)
+            if after is not None and after > last_sent:
+                self.missed = True
+                return await self.catch_up()
+            if not len(steps) or steps[-1] <= last_sent:
                 continue
-            start = bisect_right(steps, self.sent.get(key, -1))  # steps are strictly increasing
+            start = bisect_right(steps, last_sent)  # steps are strictly increasing
             fresh = zip(steps[start:].tolist(), walls[start:].tolist(), values[start:].tolist(), strict=False)
             points.extend([key, s, w, v] for s, w, v in fresh)
         if self.unacked_points + len(points) > settings.LIVE_WINDOW_POINTS:

@@ -21,9 +21,13 @@ from opdweb.traces.pending import Arrays
 LIVE_MESSAGE_POINTS = 20_000
 
 
-def live_messages(arrays: Arrays) -> list[dict]:
+def live_messages(arrays: Arrays, after: dict[str, int] | None = None) -> list[dict]:
     """The live messages for one flush: per key, its points in strictly increasing step
-    order (a replayed step keeps its first value, as the table does), packed as columns."""
+    order (a replayed step keeps its first value, as the table does), packed as columns,
+    and the step the sink had written last for that key before them (``after``: None
+    where it had written none), so a consumer that did not get that step knows it missed
+    a message and reads the database instead."""
+    after = after or {}
     keys, counts, steps, walls, values = [], [], [], [], []
     for key, (s, w, v) in arrays.items():
         if len(s) > 1 and not bool((s[1:] > s[:-1]).all()):
@@ -40,13 +44,15 @@ def live_messages(arrays: Arrays) -> list[dict]:
     messages, begin = [], 0
     message = _new_live_message()
     for key, count in zip(keys, counts, strict=True):
-        done = 0
+        done, previous = 0, after.get(key)
         while done < count:
             take = min(count - done, LIVE_MESSAGE_POINTS - message["n"])
             message["keys"].append(key)
             message["counts"].append(take)
+            message["after"].append(previous)
             message["n"] += take
             done += take
+            previous = int(steps_all[begin + message["n"] - 1])  # a split key goes on after its own piece
             if message["n"] == LIVE_MESSAGE_POINTS:
                 messages.append(_pack(message, steps_all, walls_all, values_all, begin))
                 begin += message["n"]
@@ -57,7 +63,7 @@ def live_messages(arrays: Arrays) -> list[dict]:
 
 
 def _new_live_message() -> dict:
-    return {"keys": [], "counts": [], "n": 0}
+    return {"keys": [], "counts": [], "after": [], "n": 0}
 
 
 def _pack(message: dict, steps, walls, values, begin: int) -> dict:
@@ -66,6 +72,7 @@ def _pack(message: dict, steps, walls, values, begin: int) -> dict:
         "type": "trace.points",
         "keys": message["keys"],
         "counts": message["counts"],
+        "after": message["after"],
         "steps": steps[begin:end].tobytes(),
         "walls": walls[begin:end].tobytes(),
         "values": values[begin:end].tobytes(),

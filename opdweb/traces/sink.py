@@ -74,6 +74,7 @@ class TraceSink:
         self.flush_points = max(1, int(flush_points))
         self.flush_seconds = float(flush_seconds)
         self.publish = publish or None  # tolerates the older ``publish=False``
+        self._last_written: dict[str, int] = {}  # per key, the last step this sink wrote (its live "after")
         self.analyze = analyze
         # A writer thread owns flushes, unless the caller holds a transaction its points
         # must stay inside (see the module docstring).
@@ -263,7 +264,7 @@ class TraceSink:
     def _after_commit(self, what: str, arg=None) -> None:
         try:
             if what == "publish":
-                self.publish(live_messages(arg))
+                self.publish(live_messages(*arg))
             elif what == "written":
                 for table, rows in arg.items():
                     self._unanalysed[table] += rows
@@ -290,6 +291,10 @@ class TraceSink:
         """Write one batch (in whichever thread flushes); publishing follows the commit."""
         arrays = pending.arrays()
         written = write_points(self.job_id, arrays)
+        after = {key: self._last_written[key] for key in arrays if key in self._last_written}
+        for key, (steps, _, _) in arrays.items():
+            if len(steps):
+                self._last_written[key] = max(int(steps.max()), self._last_written.get(key, -1))
         if self.publish is not None:
             if self._followup is not None and self._followup.qsize() > MAX_UNPUBLISHED:
                 # The channel cannot keep up: the database has the points, and a page
@@ -297,7 +302,7 @@ class TraceSink:
                 log.warning("trace sink of job %s: live channel behind, %s points not published", self.job_id,
                             pending.count)
             else:
-                self._then("publish", arrays)
+                self._then("publish", (arrays, after))
         if self.analyze:
             self._then("written", written)
 

@@ -128,6 +128,56 @@ def test_a_late_client_gets_a_long_history_in_pages_exactly_once(member, asgi_se
     assert [(p[1], p[3]) for p in got if p[0] == "b"] == [(s, float(-s)) for s in range(4_500)]
 
 
+def test_a_lost_live_message_is_noticed_by_the_next_one_and_read_from_the_database(member, asgi_server, client):
+    """The sink's first two batches are written and their publishes lost (a broker restart,
+    a sink fallen behind); the third says which step came before it, so the client that
+    never got that step catches up from the database: every step once, in order."""
+    from opdweb.jobs import live
+    from opdweb.traces.sink import TraceSink
+
+    user, team = member
+    job = JobFactory(team=team, state=JobState.RUNNING)
+    publishes = [0]
+
+    def lose_the_first_two(messages):
+        publishes[0] += 1
+        if publishes[0] > 2:
+            live.publish(job.pk, messages)
+
+    sink = TraceSink(job.pk, publish=lose_the_first_two)
+    for step in range(10):
+        sink.add(step, {"a": step / 2})
+    sink.flush()
+    cookie = session_cookie(client, user)
+
+    async def watch():
+        got = []
+        async with connect(f"ws://{asgi_server}/ws/jobs/{job.pk}/",
+                           additional_headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}) as ws:
+            await ws.send(json.dumps({"type": "resume", "after": {}}))
+            while True:
+                msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=30))
+                if msg["type"] == "points":
+                    got.extend(msg["points"])
+                    await ws.send(json.dumps({"type": "ack", "seq": msg["seq"]}))
+                elif msg["type"] == "replayed":
+                    def more():
+                        for first, last in ((10, 20), (20, 25)):  # lost, then published
+                            for step in range(first, last):
+                                sink.add(step, {"a": step / 2})
+                            sink.flush()
+                    await asyncio.to_thread(more)
+                if got and got[-1][1] == 24:
+                    return got
+
+    try:
+        got = asyncio.run(watch())
+    finally:
+        sink.close()
+    assert [(p[1], p[3]) for p in got] == [(s, s / 2) for s in range(25)]
+    assert publishes[0] == 3
+
+
 async def follow_log(url, cookie, log_after, stop):
     """Connect asking for the log after ``log_after``; collect ``(entry, the job's progress
     when it arrived)`` until ``stop(entries, states)``."""

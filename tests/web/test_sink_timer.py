@@ -36,7 +36,7 @@ def published_points(messages) -> dict[str, list[tuple[int, float, float]]]:
     out: dict[str, list] = {}
     for message in messages:
         assert message["type"] == "trace.points"
-        for key, steps, walls, values in unpack_live_message(message):
+        for key, _, steps, walls, values in unpack_live_message(message):
             out.setdefault(key, []).extend(zip(steps.tolist(), walls.tolist(), values.tolist(), strict=True))
     return out
 
