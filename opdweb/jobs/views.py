@@ -24,7 +24,6 @@ from opdweb.jobs.result_charts import presented
 from opdweb.jobs.summaries import child_rows
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
-from opdweb.runs.linking import page_context as run_page_context
 from opdweb.sandbox import product_values
 from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
@@ -180,8 +179,7 @@ def chart_context(job) -> dict:
     batched reads of their whole history, which the page starts in its head, before
     plotly and the rest of the page have loaded."""
     series = list(TraceSeries.objects.filter(job=job).order_by("key").values("key", "last_step"))
-    keys = [s["key"] for s in series]
-    return {"series": series, "history_reads": history_reads(job.pk, keys), **run_page_context(job, keys)}
+    return {"series": series, "history_reads": history_reads(job.pk, [s["key"] for s in series])}
 
 
 def log_context(job) -> dict:
