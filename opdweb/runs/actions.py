@@ -12,10 +12,12 @@ from django.utils import timezone
 
 from opdweb.jobs import live
 from opdweb.jobs.models import Job
+from opdweb.runs import linking
 from opdweb.runs import mlflow_errors as errors
+from opdweb.runs.metric_map import RESERVED_PREFIX
 from opdweb.runs.mlflow_requests import LogBatch
 from opdweb.runs.mlflow_shapes import STATE_OF_STATUS, STATUS_OF_STATE
-from opdweb.runs.models import MlflowExperiment, MlflowRun
+from opdweb.runs.models import MlflowExperiment, MlflowRun, RunLink
 from opdweb.runs.points import write_new_points
 from opdweb.teams import audit
 from opdweb.teams.access import has_role
@@ -103,6 +105,7 @@ def do_start_run(token: ApiToken, *, experiment_id: str, user_id: str, start_tim
         audit.record(token.team, token.user, audit.RUN_STARTED,
                      f"started external run #{job.pk} ({name}) in experiment {exp.name!r} with token {token.name!r}",
                      subject="job", subject_id=job.pk, kind=job.kind, run_id=run_id)
+        linking.do_link(job, tag_map)
     transaction.on_commit(lambda: live.publish_state(job))
     return run
 
@@ -118,6 +121,10 @@ def do_log_batch(token: ApiToken, run_id: str, batch: LogBatch) -> int:
             raise errors.MlflowRefused(
                 f"run {run_id} is closed ({STATUS_OF_STATE[job.state]}, job #{job.pk} {job.state}); "
                 "nothing was written", errors.INVALID_STATE)
+        reserved = next((m.key for m in batch.metrics if m.key.startswith(RESERVED_PREFIX)), None)
+        if reserved is not None:
+            raise errors.invalid(f"metric {reserved[:200]!r}: keys under {RESERVED_PREFIX!r} are the product's own "
+                                 "(derived from what the run logs); nothing was written")
         config = job.config
         params, tags = dict(config.get("params", {})), dict(config.get("tags", {}))
         for key, value in batch.params:
@@ -138,7 +145,12 @@ def do_log_batch(token: ApiToken, run_id: str, batch: LogBatch) -> int:
             fields.append("name")
         if fields:
             job.save(update_fields=fields)
-        return write_new_points(job.pk, batch.metrics)
+        link = linking.do_link(job, tags) if linking.names_a_link(dict(batch.tags)) else job_link(job)
+        return write_new_points(job.pk, batch.metrics, derive=lambda fresh: linking.derived_points(link, fresh))
+
+
+def job_link(job: Job) -> RunLink | None:
+    return RunLink.objects.filter(job=job).first()
 
 
 def do_update_run(token: ApiToken, run_id: str, *, status: str, end_time: int | None, run_name: str) -> MlflowRun:

@@ -31,3 +31,23 @@ class MlflowRun(models.Model):
 
     def __str__(self) -> str:
         return self.run_id
+
+
+class RunLink(models.Model):
+    """What an external run trains under: the approval its tags name (``opdweb.approval`` or
+    ``opdweb.config_hash``, with ``opdweb.checkpoint``), the budget that approval was
+    granted against, and the unit its exact k3 is a multiple of (:mod:`.linking`)."""
+
+    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, related_name="run_link")
+    approval = models.ForeignKey("approvals.ApprovalRequest", on_delete=models.PROTECT, related_name="run_links")
+    budget = models.ForeignKey("budgets.MismatchBudget", on_delete=models.PROTECT, related_name="+")
+    checkpoint = models.CharField(max_length=1000)
+    #: The BF16 unit's k3 on the checkpoint; null: none recorded, so no multiple is drawn.
+    unit_k3 = models.FloatField(null=True)
+    unit_source = models.CharField(max_length=500, help_text="where unit_k3 was read, in words")
+    #: The logged key (an exact k3 of :mod:`.metric_map`) the multiple is derived from; blank until one arrives.
+    k3_key = models.CharField(max_length=200, blank=True)
+    linked_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"job #{self.job_id} under approval #{self.approval_id}"

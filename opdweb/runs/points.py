@@ -21,6 +21,7 @@ the web process starts (``tests/architecture/test_web_imports.py``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -53,9 +54,12 @@ def stored_values(job_id: int, pairs: list[tuple[str, int]]) -> dict[tuple[str, 
         return {(key, step): value for key, step, value in cursor.fetchall()}
 
 
-def write_new_points(job_id: int, metrics: list[MetricIn]) -> int:
+def write_new_points(job_id: int, metrics: list[MetricIn],
+                     derive: Callable[[list[MetricIn]], list[MetricIn]] | None = None) -> int:
     """Write the points of ``metrics`` that are new (see the module docstring); returns how
-    many were written.  Call inside a transaction that holds the job's row."""
+    many were written.  ``derive`` gives the product's own points computed from the new ones
+    (a linked run's multiple, :mod:`.linking`), written with them, each once as well.  Call
+    inside a transaction that holds the job's row."""
     assert connection.in_atomic_block, "the batch and its checks belong to one transaction"
     first: dict[tuple[str, int], MetricIn] = {}
     conflicts: list[tuple[MetricIn, float]] = []
@@ -70,6 +74,11 @@ def write_new_points(job_id: int, metrics: list[MetricIn]) -> int:
             fresh.append(m)
         elif not _same(stored[pair], m.value):
             conflicts.append((m, stored[pair]))
+    written = len(fresh)
+    if derive is not None:
+        derived = derive(fresh)
+        stored_derived = stored_values(job_id, [(m.key, m.step) for m in derived])
+        fresh += [m for m in derived if (m.key, m.step) not in stored_derived]
     if fresh:
         from opdweb.traces.sink import TraceSink
 
@@ -79,7 +88,7 @@ def write_new_points(job_id: int, metrics: list[MetricIn]) -> int:
         sink.close()
     if conflicts:
         _log_conflicts(job_id, conflicts)
-    return len(fresh)
+    return written
 
 
 def _log_conflicts(job_id: int, conflicts: list[tuple[MetricIn, float]]) -> None:

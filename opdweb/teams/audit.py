@@ -18,6 +18,7 @@ JOB_CANCELLED = "job.cancelled"
 TOKEN_CREATED = "token.created"
 TOKEN_REVOKED = "token.revoked"
 RUN_STARTED = "run.started"
+RUN_LINKED = "run.linked"
 
 
 def record(team, actor, action: str, summary: str, *, subject: str = "", subject_id: int | None = None,

@@ -15,6 +15,10 @@ window.JobCharts = (function () {
   const options = { smoothing: "none", logY: false, xAxis: "step" };
   const X_TITLES = { step: "step", time: "wall time", relative: "time since the first point (s)" };
   let container, numbers, readWindow, drawScheduled = false, revision = 0;
+  // Per series key, what its chart adds (an external run's page): a horizontal line (the
+  // budget on the multiple's chart) and a note in the title ("own scale: not comparable").
+  const guidesTag = document.getElementById("chart-guides");
+  const guides = guidesTag ? JSON.parse(guidesTag.textContent) : {};
 
   function groupOf(key) {
     const m = /^(.*\/)[^/_]+_([^/]+)$/.exec(key);
@@ -118,9 +122,18 @@ window.JobCharts = (function () {
     if (follow.y) yaxis.autorange = true;
     // The series arrays grow in place, and Plotly.react compares arrays by reference: a new
     // datarevision on every draw is what makes it look at the new points at all.
-    return { title: { text: keys.length > 1 ? name : keys[0] }, height: 280, margin: { t: 40, r: 10, b: 40, l: 60 },
+    const guide = keys.length === 1 ? guides[keys[0]] : null;
+    let text = keys.length > 1 ? name : keys[0];
+    const shapes = [], annotations = [];
+    if (guide && guide.note) text += `<br><span style="font-size:11px">${guide.note}</span>`;
+    if (guide && Number.isFinite(guide.y)) {
+      shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: guide.y, y1: guide.y, line: { color: "#e03131", width: 2 } });
+      annotations.push({ xref: "paper", x: 1, xanchor: "right", y: guide.y, yanchor: "bottom", text: guide.label,
+                         showarrow: false, font: { color: "#e03131", size: 11 } });
+    }
+    return { title: { text: text }, height: 280, margin: { t: guide ? 56 : 40, r: 10, b: 40, l: 60 },
              xaxis: xaxis, yaxis: yaxis, uirevision: options.xAxis, datarevision: ++revision,
-             legend: { orientation: "h", y: -0.25 } };
+             legend: { orientation: "h", y: -0.25 }, shapes: shapes, annotations: annotations };
   }
 
   function plot(name, keys) {

@@ -265,10 +265,9 @@ def multiple_with_ci(
 def _ratio(s1, c1, s0, c0) -> float | None:
     if c1 == 0 or c0 == 0:
         return None
-    num, den = s1 / c1, s0 / c0
-    if den == 0:
-        return None if num == 0 else math.inf
-    return float(num / den)
+    from .results import multiple_of
+
+    return multiple_of(s1 / c1, s0 / c0)
 
 
 def first_divergence(tokens_a, mask_a, tokens_b, mask_b) -> np.ndarray:

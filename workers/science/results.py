@@ -10,6 +10,7 @@ admission's ``drift``) are declared in ``optional_keys`` and left out when not s
 """
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
@@ -18,6 +19,15 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 CI = list[float | None] | None
 #: A count or a quantity (an int stays an int in the JSON).
 Number = int | float
+
+
+def multiple_of(value: float, unit_value: float) -> float | None:
+    """A mismatch as a multiple of the unit's: ``value / unit_value`` (the admission check's
+    multiple, and a cluster run's against its checkpoint's BF16 unit).  A unit of zero gives
+    no multiple for a zero value and an infinite one otherwise."""
+    if unit_value == 0:
+        return None if value == 0 else math.inf
+    return float(value / unit_value)
 
 
 def unit_pair(engine: str, trainer: str | None) -> str:
@@ -187,4 +197,4 @@ class SelftestResult(JobResult):
 
 
 __all__ = ["CI", "Comparison", "DriftReport", "JobResult", "KvCapacity", "MismatchReport", "Number", "SelftestResult",
-           "SensitivityReport", "SensitivityRow", "UnitOfMultiple"]
+           "SensitivityReport", "SensitivityRow", "UnitOfMultiple", "multiple_of"]

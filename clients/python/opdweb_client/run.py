@@ -47,11 +47,26 @@ def _wire_value(value: float) -> float | str:
     return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
+def link_tags(approval: int | str | None, checkpoint: str | None) -> dict[str, str]:
+    """The tags that link a run to its approved config: ``approval`` an approval's number
+    (``12``, ``"#12"``) or the approved config's hash (as the export carries it)."""
+    tags = {}
+    if approval is not None:
+        text = str(approval).strip()
+        tags["opdweb.approval" if text.lstrip("#").isdigit() else "opdweb.config_hash"] = text
+    if checkpoint:
+        tags["opdweb.checkpoint"] = checkpoint
+    return tags
+
+
 class Run:
-    """One run: made on construction, fed by :meth:`log`, ended by :meth:`finish` (or at exit)."""
+    """One run: made on construction, fed by :meth:`log`, ended by :meth:`finish` (or at exit).
+    ``approval`` and ``checkpoint`` link it to the approved config it trains under (the server
+    refuses one that names nothing of the token's team)."""
 
     def __init__(self, name: str = "", *, experiment: str | None = None, params: Mapping[str, Any] | None = None,
-                 tags: Mapping[str, str] | None = None, credentials: Credentials | None = None,
+                 tags: Mapping[str, str] | None = None, approval: int | str | None = None,
+                 checkpoint: str | None = None, credentials: Credentials | None = None,
                  flush_interval: float = 1.0, batch_size: int = MAX_BATCH, backoff: Backoff | None = None,
                  exit_timeout: float = 300.0, timeout: float = 30.0):
         if not 1 <= batch_size <= MAX_BATCH:
@@ -63,8 +78,9 @@ class Run:
         self.exit_timeout = exit_timeout
         # Points must not be lost: retried until the server has them (or the run is abandoned).
         self.backoff = backoff or Backoff(base=0.5, cap=30.0, attempts=None)
+        tags = {**(tags or {}), **link_tags(approval, checkpoint)}
         body: dict[str, Any] = {"experiment_id": self._experiment_id(experiment), "start_time": _now_ms(),
-                                "tags": [{"key": k, "value": str(v)} for k, v in (tags or {}).items()]}
+                                "tags": [{"key": k, "value": str(v)} for k, v in tags.items()]}
         if name:
             body["run_name"] = name
         # Sent again only where the server said it wrote nothing (429, 503): a second
