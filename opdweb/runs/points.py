@@ -40,11 +40,19 @@ def _same(a: float, b: float) -> bool:
 
 
 def stored_values(job_id: int, pairs: list[tuple[str, int]]) -> dict[tuple[str, int], float]:
-    """The stored value of each ``(key, step)`` of ``pairs`` that has one."""
+    """The stored value of each ``(key, step)`` of ``pairs`` that has one.  A step past its
+    series' last stored step cannot be stored (the usual case: a run logs forward), so only
+    the others are looked up point by point."""
     if not pairs:
         return {}
-    keys, steps = zip(*pairs, strict=True)
     with connection.cursor() as cursor:
+        cursor.execute(f"SELECT key, last_step FROM {SERIES_TABLE} WHERE job_id = %s AND key = ANY(%s::text[])",
+                       [job_id, sorted({key for key, _ in pairs})])
+        last = dict(cursor.fetchall())
+        maybe = [(key, step) for key, step in pairs if key in last and step <= last[key]]
+        if not maybe:
+            return {}
+        keys, steps = zip(*maybe, strict=True)
         cursor.execute(
             f"SELECT s.key, p.step, p.value FROM {SERIES_TABLE} s "
             f"JOIN unnest(%s::text[], %s::int8[]) AS u(key, step) ON u.key = s.key "
@@ -83,8 +91,12 @@ def write_new_points(job_id: int, metrics: list[MetricIn],
         from opdweb.traces.sink import TraceSink
 
         sink = TraceSink(job_id, publish=lambda messages: transaction.on_commit(lambda: live.publish(job_id, messages)))
+        by_key: dict[str, list[MetricIn]] = {}
         for m in fresh:
-            sink.add(m.step, {m.key: m.value}, wall_time=m.timestamp / 1000)
+            by_key.setdefault(m.key, []).append(m)
+        for key, points in by_key.items():
+            sink.add_many(key, [m.step for m in points], [m.value for m in points],
+                          [m.timestamp / 1000 for m in points])
         sink.close()
     if conflicts:
         _log_conflicts(job_id, conflicts)
