@@ -281,3 +281,9 @@ def do_recheck(job: Job, user) -> Job:
 def do_acknowledge(job: Job, alert_id: int, user) -> None:
     Alert.objects.filter(job=job, pk=alert_id, acknowledged_at__isnull=True).update(
         acknowledged_at=timezone.now(), acknowledged_by=user)
+
+
+def first_breach_step(job: Job) -> int | None:
+    """The step the run first went above its budget (its first budget alert), if it did."""
+    return Alert.objects.filter(job=job, kind=AlertKind.BUDGET).order_by("created_at", "id").values_list(
+        "step", flat=True).first()

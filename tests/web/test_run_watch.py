@@ -132,6 +132,7 @@ def test_a_verl_stream_crossing_the_budget_sends_exactly_one_signed_alert_and_ma
     assert 'id="breached"' in page
     run_page = member.get(f"/jobs/{job.pk}/").content.decode()
     assert f'data-alert-kind="budget" data-alert-step="{CROSSING_STEP}"' in run_page and 'id="recheck"' in run_page
+    assert f'"breached_step": {CROSSING_STEP}' in run_page  # the chart's marker at the crossing
     assert "1 alert</a>" in member.get("/jobs/").content.decode()
 
 
