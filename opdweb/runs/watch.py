@@ -22,6 +22,7 @@ two that bracket the run's step, held flat beyond the first and the last.
 """
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 from django.db import transaction
@@ -115,7 +116,7 @@ def do_observe(job: Job, link: RunLink | None, metrics: list[MetricIn]) -> list[
                   and (state.last_ess_step is None or m.step > state.last_ess_step)), key=lambda m: m.step)
     for m in ess:
         state.last_ess_step = m.step
-        if rule.ess_floor is None or m.value != m.value:
+        if rule.ess_floor is None or math.isnan(m.value):
             continue
         if m.value < rule.ess_floor:
             if not state.holding.get(AlertKind.ESS):
@@ -134,8 +135,11 @@ def _multiples(link: RunLink, metrics: list[MetricIn]) -> list[MetricIn]:
 
 
 def _observe_multiple(job, link, rule, state, points, m: MetricIn) -> list[Alert]:
-    raised = []
-    state.last_multiple_step, state.last_multiple = m.step, m.value
+    raised: list[Alert] = []
+    state.last_multiple_step = m.step
+    if math.isnan(m.value):  # says nothing either way: neither a step above nor a recovery
+        return raised
+    state.last_multiple = m.value
     budget = budget_at(points, m.step)
     if budget is not None and m.value > budget:
         if state.above_count == 0:
@@ -151,7 +155,8 @@ def _observe_multiple(job, link, rule, state, points, m: MetricIn) -> list[Alert
         state.above_count, state.above_since_step = 0, None
         if state.holding.get(AlertKind.BUDGET):
             _recover(state, AlertKind.BUDGET)
-    state.recent = [*state.recent, [m.step, m.value]][-GROWTH_WINDOW:]
+    if math.isfinite(m.value):  # a JSON list, and a slope through infinity says nothing
+        state.recent = [*state.recent, [m.step, m.value]][-GROWTH_WINDOW:]
     threshold = rule.growth_per_1k_steps
     slope = slope_per_1k(state.recent) if threshold is not None else None
     if slope is not None and threshold is not None:
@@ -173,10 +178,17 @@ def _raise(job: Job, link: RunLink | None, state: RunWatchState, kind: str, step
     audit.record(job.team, None, audit.RUN_ALERT, f"run #{job.pk} ({job.name}): {message}", subject="job",
                  subject_id=job.pk, alert=kind, step=step, approval_id=approval_id)
     queue_event(job.team, "run.alert", {
-        "alert": alert.pk, "rule": kind, "job": job.pk, "run": job.name, "step": step, "value": value,
+        "alert": alert.pk, "rule": kind, "job": job.pk, "run": job.name, "step": step, "value": _json_number(value),
         "threshold": threshold, "message": alert.message, "approval": approval_id,
         "url": f"/jobs/{job.pk}/"})
     return alert
+
+
+def _json_number(value: float | None) -> float | str | None:
+    """A value as JSON holds it: infinities as MLflow's strings ("Infinity")."""
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
 def _recover(state: RunWatchState, kind: str) -> None:

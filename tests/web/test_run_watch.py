@@ -154,6 +154,18 @@ def test_it_alerts_again_only_after_it_recovered(tmp_path, settings):
 
 
 @pytest.mark.django_db
+def test_a_diverging_run_alerts_and_a_nan_neither_counts_nor_recovers(tmp_path, settings):
+    world = Watched(tmp_path, settings)
+    TeamWebhook.objects.create(team=world.team, url="https://hooks.example.com/opd", secret=SECRET)
+    run_id = world.start()
+    for step, k3 in enumerate([60 * UNIT_K3, "NaN", 60 * UNIT_K3, "Infinity", "NaN", 70 * UNIT_K3], start=1):
+        world.log(run_id, step, {"rollout_corr/k3_kl": k3})
+    alert = Alert.objects.get(job=run_job(run_id))
+    assert (alert.kind, alert.step, alert.value) == ("budget", 1, float("inf"))  # 3rd step above: step 4
+    assert WebhookDelivery.objects.get(event="run.alert").payload["value"] == "Infinity"
+
+
+@pytest.mark.django_db
 def test_fewer_steps_above_than_the_rule_asks_do_not_alert(tmp_path, settings):
     world = Watched(tmp_path, settings)
     WatchRule.objects.create(team=world.team, consecutive_steps=5)
