@@ -299,3 +299,40 @@ def first_breach_step(job: Job) -> int | None:
     """The step the run first went above its budget (its first budget alert), if it did."""
     return Alert.objects.filter(job=job, kind=AlertKind.BUDGET).order_by("created_at", "id").values_list(
         "step", flat=True).first()
+
+
+#: The team rule's fields, as the form names them, with their bounds.
+RULE_FIELDS = {"consecutive_steps": (int, 1, 100_000), "growth_per_1k_steps": (float, 0.0, 1e9),
+               "ess_floor": (float, 0.0, 1e9), "silence_seconds": (int, 1, 30 * 86400)}
+
+
+def check_rule_fields(data) -> dict:
+    """The form's values, each a number within its bounds or blank (not watched; the
+    consecutive steps are always watched); refused with every problem named."""
+    values, problems = {}, []
+    for name, (kind, low, high) in RULE_FIELDS.items():
+        text = (data.get(name) or "").strip()
+        if not text and name != "consecutive_steps":
+            values[name] = None
+            continue
+        try:
+            value = kind(text)
+        except ValueError:
+            problems.append({"field": name, "message": f"must be a {'whole ' if kind is int else ''}number"})
+            continue
+        if not (low <= value <= high) or (kind is float and not math.isfinite(value)):
+            problems.append({"field": name, "message": f"must be from {low:g} to {high:g}"})
+            continue
+        values[name] = value
+    if problems:
+        raise Refused("; ".join(f"{p['field']}: {p['message']}" for p in problems), details=problems)
+    return values
+
+
+def do_set_team_rule(team, user, data) -> WatchRule:
+    values = check_rule_fields(data)
+    with transaction.atomic():
+        rule, _ = WatchRule.objects.update_or_create(team=team, job=None, defaults=values)
+        audit.record(team, user, audit.WATCH_RULE_CHANGED, "set the team's watch rule: " + ", ".join(
+            f"{k} {'off' if v is None else v}" for k, v in values.items()), subject="watch_rule", **values)
+    return rule

@@ -267,3 +267,24 @@ def test_the_budget_between_calibrated_steps_is_the_straight_line_held_flat_outs
     assert points == [(0, 50.0), (1000, 30.0)]
     assert [budget_at(points, s) for s in (0, 250, 500, 1000, 5000)] == [50.0, 45.0, 40.0, 30.0, 30.0]
     assert budget_at([(200, 12.0)], 10) == budget_at([(200, 12.0)], 900) == 12.0
+
+
+@pytest.mark.django_db
+def test_a_team_admin_sets_the_watch_rule_and_others_may_only_read_it(tmp_path, settings):
+    world = Watched(tmp_path, settings)
+    admin = MembershipFactory(team=world.team, role=Role.ADMIN).user
+    url = f"/runs/watch/{world.team.slug}/"
+    assert b'name="consecutive_steps" value="3"' in world.client(world.member).get(url).content  # the defaults
+    assert world.client(world.member).post(url, {"consecutive_steps": "1"}).status_code == 403
+    refused = world.client(admin).post(url, {"consecutive_steps": "0", "ess_floor": "low"})
+    assert refused.status_code == 400 and not WatchRule.objects.exists()
+    saved = world.client(admin).post(url, {"consecutive_steps": "2", "ess_floor": "0.5", "silence_seconds": ""})
+    assert saved.status_code == 302
+    rule = WatchRule.objects.get(team=world.team, job=None)
+    assert (rule.consecutive_steps, rule.ess_floor, rule.silence_seconds, rule.growth_per_1k_steps) == (2, 0.5,
+                                                                                                       None, None)
+    assert AuditEntry.objects.filter(team=world.team, action="watch.rule_changed").count() == 1
+    run_id = world.start()  # the saved rule watches: two steps above alert
+    for step in (1, 2):
+        world.log(run_id, step, verl_step(step, 60))
+    assert Alert.objects.get(job=run_job(run_id)).step == 1
