@@ -200,11 +200,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # A submit while the broker is down answers 503 within about a second, not after minutes.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.3, "interval_max": 0.5}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+WATCH_SILENCE_CHECK_SECONDS = env.float("WATCH_SILENCE_CHECK_SECONDS", default=30.0)
 CELERY_BEAT_SCHEDULE = {
     # On the control queue, whose worker runs no jobs: nothing long can delay the reaper.
     "reap-stale-jobs": {"task": "opdweb.reap_stale_jobs", "schedule": 15.0, "options": {"queue": "control"}},
     "send-pending-webhooks": {"task": "opdweb.send_pending_webhooks", "schedule": 15.0,
                               "options": {"queue": "control"}},
+    # Linked runs gone silent (opdweb/runs/watch.py); their rules say after how long.
+    "check-silent-runs": {"task": "opdweb.check_silent_runs", "schedule": WATCH_SILENCE_CHECK_SECONDS,
+                          "options": {"queue": "control"}},
 }
 
 # Jobs: a worker beats every JOB_HEARTBEAT_SECONDS; a running job whose last beat is

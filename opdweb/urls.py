@@ -27,6 +27,7 @@ urlpatterns = [
     path("tokens/", include("opdweb.tokens.urls")),
     # MLflow's tracking API, for trainers' MLflow loggers (MLFLOW_TRACKING_URI=<here>/mlflow).
     path("mlflow/", include("opdweb.runs.urls")),
+    path("runs/", include("opdweb.runs.page_urls")),
     path("status/", health.status_page, name="status"),
     path("healthz", health.healthz, name="healthz"),
     path("api/", include(api.urls())),

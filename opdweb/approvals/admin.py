@@ -7,7 +7,7 @@ from opdweb.approvals.models import ApprovalRequest, TeamWebhook, WebhookDeliver
 class ApprovalRequestAdmin(admin.ModelAdmin):
     list_display = ["id", "config", "checkpoint", "team", "state", "requested_by", "decided_by"]
     list_filter = ["state", "team"]
-    raw_id_fields = ["config", "admission_job", "budget"]
+    raw_id_fields = ["config", "admission_job", "budget", "breached_by"]
 
 
 @admin.register(TeamWebhook)

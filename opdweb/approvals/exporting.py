@@ -56,9 +56,18 @@ def deployment_facts(checkpoint: str, config: dict, admission_job) -> Checkpoint
                    shipped_kv_scales=kv_scale_file(config, admission_job) is not None)
 
 
-def provenance_of(approval, facts: CheckpointFacts | None = None) -> Provenance:
+def breach_note(approval) -> str | None:
+    """``breached at step S (run #J)`` once a run trained under ``approval`` went above its budget."""
+    if approval.breached_at_step is None:
+        return None
+    run = f" (run #{approval.breached_by_id})" if approval.breached_by_id else ""
+    return f"breached at step {approval.breached_at_step}{run}"
+
+
+def provenance_of(approval, facts: CheckpointFacts | None = None, *, with_breach: bool = False) -> Provenance:
     """What an export of a decided ``approval`` vouches for (with the hash of the KV-scale
-    file where the approved engine runs on it)."""
+    file where the approved engine runs on it); ``with_breach``: and the breach, if any, as
+    the file handed out carries it (the approved bytes, and their hash, are without it)."""
     record, job = approval.config, approval.admission_job
     facts = facts or facts_of(approval)
     artifact = kv_scale_artifact(approval) if facts.shipped_kv_scales else None
@@ -71,6 +80,7 @@ def provenance_of(approval, facts: CheckpointFacts | None = None) -> Provenance:
         method=approval.budget.method if approval.budget else None,
         kv_scales_sha256=artifact.sha256 if uses_file else None,
         unit_pair=approval.budget.pair if approval.budget and approval.budget.unit_trainer else None,
+        breached=breach_note(approval) if with_breach else None,
     )
 
 
@@ -84,11 +94,13 @@ def facts_of(approval) -> CheckpointFacts:
     return deployment_facts(checkpoint, approval.config.config, approval.admission_job)
 
 
-def export_text(approval, fmt: ExportFormat, facts: CheckpointFacts | None = None) -> str:
+def export_text(approval, fmt: ExportFormat, facts: CheckpointFacts | None = None, *,
+                with_breach: bool = False) -> str:
     """The file ``fmt`` of ``approval``; a 409 naming every reason where it is refused."""
     facts = facts or facts_of(approval)
     try:
-        return render_export(fmt, approval.config.config, provenance_of(approval, facts), facts)
+        return render_export(fmt, approval.config.config, provenance_of(approval, facts, with_breach=with_breach),
+                             facts)
     except NotExpressible as exc:
         raise Refused(f"this approval cannot be exported for {exc.target}: " + "; ".join(exc.reasons),
                       status=409, details=[{"field": fmt.slug, "message": r} for r in exc.reasons]) from None
@@ -98,7 +110,9 @@ def export_text(approval, fmt: ExportFormat, facts: CheckpointFacts | None = Non
 
 def checked_export(approval, fmt: ExportFormat) -> tuple[str, bool]:
     """The file to hand out, and whether its trainer's loader checked it here: refused (409)
-    when it fails that check or is not the file that was approved."""
+    when it fails that check or is not the file that was approved.  Once a run trained under
+    the approval breached its budget, the file handed out is the approved one with the breach
+    in its provenance (``breached``, or the comment line), checked as approved without it."""
     text = export_text(approval, fmt)
     problems = check_export(fmt.slug, text)
     if problems:  # the product wrote a file its trainer refuses: say so rather than hand it out
@@ -109,6 +123,8 @@ def checked_export(approval, fmt: ExportFormat) -> tuple[str, bool]:
     if approved and approved.get(fmt.slug) != sha256_of(text):
         raise Refused(f"this {fmt.slug} export is not the file approved in #{approval.pk} (the product's "
                       f"mapping for {fmt.target} changed since); request a new approval", status=409)
+    if approval.breached_at_step is not None:
+        text = export_text(approval, fmt, with_breach=True)
     return text, problems is not None
 
 

@@ -40,6 +40,11 @@ class ApprovalRequest(models.Model):
     checkpoint_hash = models.CharField(max_length=64, blank=True)
     # Per export format, the sha256 of the file as approved (the approval page shows the bytes).
     export_hashes = models.JSONField(default=dict, blank=True)
+    # The first time a run trained under it went above the budget (the watch's budget rule):
+    # the exports say so from then on (:func:`.exporting.provenance_of`).
+    breached_at_step = models.BigIntegerField(null=True, blank=True)
+    breached_by = models.ForeignKey("jobs.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    breached_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-requested_at"]

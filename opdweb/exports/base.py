@@ -35,12 +35,16 @@ class Provenance:
     #: the unit pair of the multiple and the budget (``vllm BF16 engine / bf16 trainer``); None for
     #: budgets calibrated before the pair was named
     unit_pair: str | None = None
+    #: ``breached at step S (run #J)`` once a run trained under the approval went above its
+    #: budget; None in the approved file (its recorded sha256 is of the file without it)
+    breached: str | None = None
 
     def fields(self) -> dict:
-        """The provenance as a mapping for JSON / YAML exports; ``kv_scales_sha256`` and
-        ``unit_pair`` only where set, so the files approved before they existed keep their bytes."""
+        """The provenance as a mapping for JSON / YAML exports; ``kv_scales_sha256``,
+        ``unit_pair`` and ``breached`` only where set, so the files approved before they
+        existed keep their bytes."""
         out = asdict(self)
-        for late in ("kv_scales_sha256", "unit_pair"):
+        for late in ("kv_scales_sha256", "unit_pair", "breached"):
             if out[late] is None:
                 del out[late]
         return out
@@ -49,9 +53,10 @@ class Provenance:
         unit = f" ({self.unit_pair})" if self.unit_pair else ""
         measured = f"{self.multiple:g}x BF16{unit}, " if self.multiple is not None else ""
         scales = f"; KV scales file sha256 {self.kv_scales_sha256}" if self.kv_scales_sha256 else ""
+        breached = f"; {self.breached}" if self.breached else ""
         return (f"opdweb rollout config {self.config_hash} ({self.config_name}) for {self.checkpoint}; "
                 f"approval #{self.approval_id} by {self.approved_by} at {self.approved_at}; "
-                f"admission check #{self.admission_job_id}: {measured}{self.verdict}{scales}")
+                f"admission check #{self.admission_job_id}: {measured}{self.verdict}{scales}{breached}")
 
 
 def refuse_if(target: str, problems: list[str]) -> None:

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from opdweb.jobs import live
 from opdweb.jobs.models import Job
-from opdweb.runs import linking
+from opdweb.runs import linking, watch
 from opdweb.runs import mlflow_errors as errors
 from opdweb.runs.metric_map import RESERVED_PREFIX
 from opdweb.runs.mlflow_requests import LogBatch
@@ -146,7 +146,9 @@ def do_log_batch(token: ApiToken, run_id: str, batch: LogBatch) -> int:
         if fields:
             job.save(update_fields=fields)
         link = linking.do_link(job, tags) if linking.names_a_link(dict(batch.tags)) else job_link(job)
-        return write_new_points(job.pk, batch.metrics, derive=lambda fresh: linking.derived_points(link, fresh))
+        written = write_new_points(job.pk, batch.metrics, derive=lambda fresh: linking.derived_points(link, fresh))
+        watch.do_observe(job, link, batch.metrics)
+        return written
 
 
 def job_link(job: Job) -> RunLink | None:

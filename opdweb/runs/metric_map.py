@@ -69,6 +69,8 @@ METRICS: tuple[TrainerMetric, ...] = (
 BY_KEY: dict[str, TrainerMetric] = {m.key: m for m in METRICS}
 #: The keys whose values are the product's k3 exactly, in the order a run's first one is taken.
 EXACT_K3_KEYS: tuple[str, ...] = tuple(m.key for m in METRICS if m.exact and m.metric == "k3")
+#: The keys whose values are the product's ESS exactly (the watch's ESS floor reads them).
+ESS_KEYS: tuple[str, ...] = tuple(m.key for m in METRICS if m.exact and m.metric == "ess")
 
 
 def trainer_metric(key: str) -> TrainerMetric | None:

@@ -51,3 +51,74 @@ class RunLink(models.Model):
 
     def __str__(self) -> str:
         return f"job #{self.job_id} under approval #{self.approval_id}"
+
+
+class WatchRule(models.Model):
+    """How a linked run is watched (:mod:`.watch`): the team's default (``job`` null) or one
+    run's own (``job`` set, taking precedence).  A threshold left empty is not watched."""
+
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="watch_rules")
+    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, null=True, blank=True, related_name="watch_rule")
+    consecutive_steps = models.PositiveIntegerField(
+        default=3, help_text="logged steps in a row with the multiple above the budget before it alerts")
+    growth_per_1k_steps = models.FloatField(
+        null=True, blank=True, help_text="alert when the multiple grows faster than this many x BF16 per 1,000 steps")
+    ess_floor = models.FloatField(null=True, blank=True, help_text="alert when the ESS falls below this")
+    silence_seconds = models.PositiveIntegerField(
+        null=True, blank=True, default=900, help_text="alert when a running run logs nothing for this long")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team"], condition=models.Q(job__isnull=True),
+                                               name="one_default_watch_rule_per_team")]
+
+    def __str__(self) -> str:
+        return f"watch rule of job #{self.job_id}" if self.job_id else f"default watch rule of team {self.team_id}"
+
+
+class AlertKind(models.TextChoices):
+    BUDGET = "budget", "above the budget"
+    GROWTH = "growth", "growing too fast"
+    ESS = "ess", "ESS below the floor"
+    SILENCE = "silence", "gone silent"
+
+
+class Alert(models.Model):
+    """One crossing of one rule by one run: raised once, when the rule starts to hold, and
+    not again until it has recovered (``recovered_at``)."""
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="run_alerts")
+    kind = models.CharField(max_length=10, choices=AlertKind.choices)
+    step = models.BigIntegerField(null=True, help_text="the step it crossed at (none for silence)")
+    value = models.FloatField(null=True)
+    threshold = models.FloatField(null=True)
+    message = models.CharField(max_length=500)
+    created_at = models.DateTimeField(auto_now_add=True)
+    recovered_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                        related_name="+")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["job", "kind"])]
+
+    def __str__(self) -> str:
+        return f"alert {self.kind} of job #{self.job_id} at step {self.step}"
+
+
+class RunWatchState(models.Model):
+    """The watch's incremental state of one run, updated as its points arrive (under the
+    job's row lock, as the batch is): the last step seen per series, the run of steps above
+    the budget, the recent multiples for the growth rate, the rules now holding."""
+
+    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, related_name="watch_state")
+    last_multiple_step = models.BigIntegerField(null=True)
+    last_ess_step = models.BigIntegerField(null=True)
+    above_since_step = models.BigIntegerField(null=True)
+    above_count = models.PositiveIntegerField(default=0)
+    recent = models.JSONField(default=list, help_text="[step, multiple] of the last points, for the growth rate")
+    last_multiple = models.FloatField(null=True)
+    last_point_at = models.DateTimeField(null=True)
+    #: rule kind -> the Alert id now open (holding, not yet recovered)
+    holding = models.JSONField(default=dict)

@@ -19,6 +19,9 @@ TOKEN_CREATED = "token.created"
 TOKEN_REVOKED = "token.revoked"
 RUN_STARTED = "run.started"
 RUN_LINKED = "run.linked"
+RUN_ALERT = "run.alert"
+RUN_RECHECKED = "run.rechecked"
+WATCH_RULE_CHANGED = "watch.rule_changed"
 
 
 def record(team, actor, action: str, summary: str, *, subject: str = "", subject_id: int | None = None,

@@ -126,7 +126,19 @@ window.JobCharts = (function () {
     let text = keys.length > 1 ? name : keys[0];
     const shapes = [], annotations = [];
     if (guide && guide.note) text += `<br><span style="font-size:11px">${guide.note}</span>`;
-    if (guide && Number.isFinite(guide.y)) {
+    const band = guide && options.xAxis === "step" && Array.isArray(guide.points) && guide.points.length > 1;
+    if (band) {
+      // The budget between calibrated steps: the straight line between them, flat outside.
+      guide.points.slice(1).forEach((p, i) => {
+        const q = guide.points[i];
+        shapes.push({ type: "line", xref: "x", yref: "y", x0: q[0], x1: p[0], y0: q[1], y1: p[1], line: { color: "#e03131", width: 2 } });
+      });
+    }
+    if (guide && Number.isFinite(guide.breached_step) && options.xAxis === "step") {
+      shapes.push({ type: "line", xref: "x", yref: "paper", x0: guide.breached_step, x1: guide.breached_step, y0: 0, y1: 1,
+                    line: { color: "#e03131", width: 1, dash: "dot" } });
+    }
+    if (guide && Number.isFinite(guide.y) && !band) {
       shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: guide.y, y1: guide.y, line: { color: "#e03131", width: 2 } });
       annotations.push({ xref: "paper", x: 1, xanchor: "right", y: guide.y, yanchor: "bottom", text: guide.label,
                          showarrow: false, font: { color: "#e03131", size: 11 } });

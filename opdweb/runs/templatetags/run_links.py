@@ -5,12 +5,51 @@ from __future__ import annotations
 from django import template
 
 from opdweb.runs.linking import page_context
+from opdweb.runs.metric_map import MULTIPLE_KEY
+from opdweb.runs.watch import budget_points, first_breach_step
 from opdweb.traces.models import TraceSeries
+from workers.science.kinds import Kind
 
 register = template.Library()
 
 
 @register.simple_tag
 def run_link_of(job) -> dict:
-    """See :func:`opdweb.runs.linking.page_context`."""
-    return page_context(job, list(TraceSeries.objects.filter(job=job).values_list("key", flat=True)))
+    """See :func:`opdweb.runs.linking.page_context`; with the watch's marks on the multiple's
+    chart: the budget between calibrated steps, and the step it was first breached at."""
+    context = page_context(job, list(TraceSeries.objects.filter(job=job).values_list("key", flat=True)))
+    guide = context.get("chart_guides", {}).get(MULTIPLE_KEY)
+    link = context.get("run_link")
+    if guide is not None and link is not None:
+        points = budget_points(link.budget)
+        if len(points) > 1:  # budgets at several calibrated steps: the line between them
+            guide["points"] = points
+            guide["label"] += ", between calibrated steps"
+        breached = first_breach_step(job)
+        if breached is not None:
+            guide["breached_step"] = breached
+    return context
+
+
+@register.simple_tag
+def run_alerts_of(job) -> list:
+    """The run's alerts, newest first (the run page's list)."""
+    from opdweb.runs.models import Alert
+
+    return list(Alert.objects.filter(job=job)[:50])
+
+
+@register.simple_tag
+def open_alert_count(job) -> int:
+    """Alerts of the run not acknowledged (the job list's badge); 0 for other kinds."""
+    from opdweb.runs.models import Alert
+
+    return Alert.objects.filter(job=job, acknowledged_at__isnull=True).count() if job.kind == Kind.EXTERNAL else 0
+
+
+@register.simple_tag
+def runs_under_approval(approval) -> list[dict]:
+    """See :func:`opdweb.runs.watch.runs_under`."""
+    from opdweb.runs.watch import runs_under
+
+    return runs_under(approval)

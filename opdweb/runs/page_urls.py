@@ -1,0 +1,10 @@
+from django.urls import path
+
+from opdweb.runs import pages
+
+app_name = "run_pages"
+urlpatterns = [
+    path("<int:job_id>/recheck/", pages.recheck, name="recheck"),
+    path("watch/<slug:slug>/", pages.team_watch_rule, name="team_watch"),
+    path("<int:job_id>/alerts/<int:alert_id>/acknowledge/", pages.acknowledge, name="acknowledge"),
+]

@@ -1,0 +1,52 @@
+"""The run page's buttons: re-check a run that crossed its budget (an admission job on its
+latest checkpoint with the approved config and budget, by the jobs' own submit path), and
+acknowledge an alert.  Thin: each calls :mod:`.watch`."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from opdweb.jobs.access import visible_job
+from opdweb.pages import answers_refusals
+from opdweb.refusals import Refused
+from opdweb.runs import watch
+from opdweb.runs.models import WatchRule
+from opdweb.teams.access import team_for
+from opdweb.teams.models import Role
+
+
+@login_required
+@require_POST
+def recheck(request, job_id: int):
+    run = visible_job(request.user, job_id, Role.MEMBER)
+    try:
+        job = watch.do_recheck(run, request.user)
+    except Refused as exc:
+        messages.error(request, str(exc))
+        return redirect("jobs:detail", job_id=job_id)
+    messages.info(request, f"admission check #{job.pk} submitted on {job.config.get('model')}")
+    return redirect("jobs:detail", job_id=job.pk)
+
+
+@login_required
+@require_POST
+def acknowledge(request, job_id: int, alert_id: int):
+    run = visible_job(request.user, job_id, Role.MEMBER)
+    watch.do_acknowledge(run, alert_id, request.user)
+    return redirect("jobs:detail", job_id=job_id)
+
+
+@login_required
+@answers_refusals
+def team_watch_rule(request, slug: str):
+    """The team's default watch rule: seen by its members, changed by its admins."""
+    team = team_for(request.user, slug, Role.VIEWER)
+    rule = WatchRule.objects.filter(team=team, job__isnull=True).first() or WatchRule(team=team)
+    if request.method == "POST":
+        team = team_for(request.user, slug, Role.ADMIN)
+        watch.do_set_team_rule(team, request.user, request.POST)
+        messages.info(request, "watch rule saved")
+        return redirect("run_pages:team_watch", slug=slug)
+    return render(request, "runs/watch_rule.html", {"team": team, "rule": rule})

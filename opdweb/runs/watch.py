@@ -1,0 +1,338 @@
+"""Watching a linked run against its budget, as its points arrive.
+
+Four rules (:class:`~.models.WatchRule`, the run's own else the team's default else the
+defaults): the multiple above the budget at the run's step for ``consecutive_steps``
+logged steps in a row; its growth rate (the least-squares slope of the last
+:data:`GROWTH_WINDOW` multiples, in x BF16 per 1,000 steps) above ``growth_per_1k_steps``;
+the ESS below ``ess_floor``; a running run silent for ``silence_seconds`` (checked by a
+periodic task on the control worker, :func:`do_check_silent_runs`).
+
+A rule raises one :class:`~.models.Alert` when it starts to hold and none while it keeps
+holding; once it recovers (a multiple at or under the budget, a slope at or under the
+threshold, an ESS at or above the floor, a point after the silence) the alert is marked
+recovered and the rule may alert again.  Each alert is an audit entry (``run.alert``) and a
+``run.alert`` event to the team's webhook (the approvals' signed, retried outbox), in the
+batch's own transaction; the budget rule also marks the approval "breached at step S" (the
+first such step; its exports say so from then on).
+
+The budget at a step: the link's budget, or, where the team has current budgets of the same
+task, method, metric and unit pair at other steps (a budget's step is the training step of
+the checkpoint it was calibrated on, ``MismatchBudget.step``), the straight line between the
+two that bracket the run's step, held flat beyond the first and the last.
+"""
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from opdweb.approvals.models import ApprovalRequest
+from opdweb.approvals.webhooks import queue_event
+from opdweb.budgets.models import MismatchBudget
+from opdweb.jobs.models import Job, JobState
+from opdweb.refusals import Refused
+from opdweb.runs.metric_map import ESS_KEYS
+from opdweb.runs.mlflow_requests import MetricIn
+from opdweb.runs.models import Alert, AlertKind, RunLink, RunWatchState, WatchRule
+from opdweb.teams import audit
+from workers.science.kinds import Kind
+
+#: How many recent multiples the growth rate is fitted on.
+GROWTH_WINDOW = 10
+#: The run states a page shows for a linked run.
+WITHIN, BREACHED, SILENT = "within", "breached", "silent"
+
+
+def rule_for(job: Job) -> WatchRule:
+    """The run's own rule, else its team's default, else the defaults (unsaved)."""
+    return (WatchRule.objects.filter(job=job).first() or WatchRule.objects.filter(team=job.team_id,
+                                                                                     job__isnull=True).first()
+            or WatchRule(team_id=job.team_id))
+
+
+def budget_points(budget: MismatchBudget) -> list[tuple[int, float]]:
+    """``(step, budget)`` of the budgets the link's budget is interpolated with: itself and the
+    team's current budgets of the same task, method, metric and unit pair, one per step (at
+    the link's budget's step, the link's budget)."""
+    others = (lineage(budget).filter(budget__isnull=False).exclude(pk=budget.pk).order_by("step", "-created_at")
+              .values_list("step", "budget"))
+    by_step: dict[int, float] = {}
+    for step, value in others:
+        by_step.setdefault(step, value)
+    if budget.budget is not None:
+        by_step[budget.step] = budget.budget
+    return sorted(by_step.items())
+
+
+def budget_at(points: list[tuple[int, float]], step: int) -> float | None:
+    """The budget at ``step``: linear between the bracketing calibrated steps, flat outside."""
+    if not points:
+        return None
+    if step <= points[0][0]:
+        return points[0][1]
+    for (s0, b0), (s1, b1) in zip(points, points[1:], strict=False):
+        if step <= s1:
+            return b0 + (b1 - b0) * (step - s0) / (s1 - s0)
+    return points[-1][1]
+
+
+def slope_per_1k(recent: list[list[float]]) -> float | None:
+    """Least-squares slope of ``[step, multiple]`` pairs, per 1,000 steps."""
+    if len(recent) < 2:
+        return None
+    n = len(recent)
+    mean_s = sum(s for s, _ in recent) / n
+    mean_m = sum(m for _, m in recent) / n
+    var = sum((s - mean_s) ** 2 for s, _ in recent)
+    if var == 0:
+        return None
+    return 1000 * sum((s - mean_s) * (m - mean_m) for s, m in recent) / var
+
+
+def state_of(job: Job) -> RunWatchState:
+    state, _ = RunWatchState.objects.get_or_create(job=job)
+    return state
+
+
+def do_observe(job: Job, link: RunLink | None, metrics: list[MetricIn]) -> list[Alert]:
+    """Evaluate the rules on a batch's points (inside the batch's transaction, the job's row
+    held); points at steps the watch has seen already (a resent batch) change nothing."""
+    if link is None or not metrics:
+        return []
+    state = state_of(job)
+    rule = rule_for(job)
+    raised: list[Alert] = []
+    if state.holding.get(AlertKind.SILENCE):
+        _recover(state, AlertKind.SILENCE)
+    state.last_point_at = timezone.now()
+    multiples = [m for m in (_multiples(link, metrics)) if state.last_multiple_step is None
+                 or m.step > state.last_multiple_step]
+    points = budget_points(link.budget) if multiples else []
+    for m in sorted(multiples, key=lambda m: m.step):
+        raised += _observe_multiple(job, link, rule, state, points, m)
+    ess = sorted((m for m in metrics if m.key in ESS_KEYS
+                  and (state.last_ess_step is None or m.step > state.last_ess_step)), key=lambda m: m.step)
+    for m in ess:
+        state.last_ess_step = m.step
+        if rule.ess_floor is None or math.isnan(m.value):
+            continue
+        if m.value < rule.ess_floor:
+            if not state.holding.get(AlertKind.ESS):
+                raised.append(_raise(job, link, state, AlertKind.ESS, m.step, m.value, rule.ess_floor,
+                                     f"ESS {m.value:.4g} below the floor {rule.ess_floor:g} at step {m.step}"))
+        elif state.holding.get(AlertKind.ESS):
+            _recover(state, AlertKind.ESS)
+    state.save()
+    return raised
+
+
+def _multiples(link: RunLink, metrics: list[MetricIn]) -> list[MetricIn]:
+    from opdweb.runs.linking import derived_points
+
+    return derived_points(link, [m for m in metrics if m.key == link.k3_key]) if link.k3_key else []
+
+
+def _observe_multiple(job, link, rule, state, points, m: MetricIn) -> list[Alert]:
+    raised: list[Alert] = []
+    state.last_multiple_step = m.step
+    if math.isnan(m.value):  # says nothing either way: neither a step above nor a recovery
+        return raised
+    state.last_multiple = m.value
+    budget = budget_at(points, m.step)
+    if budget is not None and m.value > budget:
+        if state.above_count == 0:
+            state.above_since_step = m.step
+        state.above_count += 1
+        if state.above_count >= max(rule.consecutive_steps, 1) and not state.holding.get(AlertKind.BUDGET):
+            step = state.above_since_step
+            raised.append(_raise(job, link, state, AlertKind.BUDGET, step, m.value, budget,
+                                 f"the multiple {m.value:.4g}x BF16 is above the budget {budget:.4g}x BF16 since "
+                                 f"step {step} ({state.above_count} steps in a row)"))
+            _mark_breached(link, job, step)
+    elif budget is not None:
+        state.above_count, state.above_since_step = 0, None
+        if state.holding.get(AlertKind.BUDGET):
+            _recover(state, AlertKind.BUDGET)
+    if math.isfinite(m.value):  # a JSON list, and a slope through infinity says nothing
+        state.recent = [*state.recent, [m.step, m.value]][-GROWTH_WINDOW:]
+    threshold = rule.growth_per_1k_steps
+    slope = slope_per_1k(state.recent) if threshold is not None else None
+    if slope is not None and threshold is not None:
+        if slope > threshold and not state.holding.get(AlertKind.GROWTH):
+            raised.append(_raise(job, link, state, AlertKind.GROWTH, m.step, slope, threshold,
+                                 f"the multiple grows {slope:.4g}x BF16 per 1,000 steps (threshold {threshold:g}) "
+                                 f"at step {m.step}"))
+        elif slope <= threshold and state.holding.get(AlertKind.GROWTH):
+            _recover(state, AlertKind.GROWTH)
+    return raised
+
+
+def _raise(job: Job, link: RunLink | None, state: RunWatchState, kind: str, step: int | None, value: float | None,
+           threshold: float | None, message: str) -> Alert:
+    alert = Alert.objects.create(job=job, kind=kind, step=step, value=value, threshold=threshold,
+                                 message=message[:500])
+    state.holding = {**state.holding, kind: alert.pk}
+    approval_id = link.approval_id if link else None
+    audit.record(job.team, None, audit.RUN_ALERT, f"run #{job.pk} ({job.name}): {message}", subject="job",
+                 subject_id=job.pk, alert=kind, step=step, approval_id=approval_id)
+    queue_event(job.team, "run.alert", {
+        "alert": alert.pk, "rule": kind, "job": job.pk, "run": job.name, "step": step, "value": _json_number(value),
+        "threshold": threshold, "message": alert.message, "approval": approval_id,
+        "url": f"/jobs/{job.pk}/"})
+    return alert
+
+
+def _json_number(value: float | None) -> float | str | None:
+    """A value as JSON holds it: infinities as MLflow's strings ("Infinity")."""
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _recover(state: RunWatchState, kind: str) -> None:
+    Alert.objects.filter(pk=state.holding.get(kind), recovered_at__isnull=True).update(recovered_at=timezone.now())
+    state.holding = {k: v for k, v in state.holding.items() if k != kind}
+
+
+def _mark_breached(link: RunLink, job: Job, step: int | None) -> None:
+    """The approval's first breach stays: later ones are alerts of their runs."""
+    ApprovalRequest.objects.filter(pk=link.approval_id, breached_at_step__isnull=True).update(
+        breached_at_step=step, breached_by=job, breached_at=timezone.now())
+
+
+def do_check_silent_runs(now=None) -> list[int]:
+    """The periodic check (Celery beat on the control worker): a running linked run whose
+    last point (or start, before any) is older than its rule's ``silence_seconds`` alerts once."""
+    now = now or timezone.now()
+    raised = []
+    links = RunLink.objects.filter(job__kind=Kind.EXTERNAL, job__state=JobState.RUNNING).select_related("job")
+    for link in links[:1000]:
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=link.job_id)
+            if job.state != JobState.RUNNING:
+                continue
+            rule = rule_for(job)
+            if rule.silence_seconds is None:
+                continue
+            state = state_of(job)
+            last = state.last_point_at or job.started_at or job.created_at
+            if state.holding.get(AlertKind.SILENCE) or now - last < timedelta(seconds=rule.silence_seconds):
+                continue
+            quiet = int((now - last).total_seconds())
+            _raise(job, link, state, AlertKind.SILENCE, state.last_multiple_step, None, rule.silence_seconds,
+                   f"no point for {quiet} s (silence after {rule.silence_seconds} s)")
+            state.save(update_fields=["holding"])
+            raised.append(job.pk)
+    return raised
+
+
+def runs_under(approval: ApprovalRequest) -> list[dict]:
+    """The runs trained under ``approval``, newest first, each with its state: ``silent``
+    while its silence alert holds, ``breached`` once it went above the budget (with the
+    step), ``within`` otherwise; and its last multiple."""
+    links = (RunLink.objects.filter(approval=approval).select_related("job", "job__watch_state")
+             .order_by("-job__created_at")[:200])
+    first_breach = {job_id: step for job_id, step in Alert.objects.filter(
+        job__run_link__approval=approval, kind=AlertKind.BUDGET).order_by("-created_at").values_list("job_id", "step")}
+    rows = []
+    for link in links:
+        state = getattr(link.job, "watch_state", None)
+        holding = state.holding if state else {}
+        status = (SILENT if holding.get(AlertKind.SILENCE) else
+                  BREACHED if link.job_id in first_breach else WITHIN)
+        rows.append({"job": link.job, "state": status, "breached_at_step": first_breach.get(link.job_id),
+                     "last_multiple": state.last_multiple if state else None,
+                     "last_step": state.last_multiple_step if state else None})
+    return rows
+
+
+#: A run names the checkpoint it trains now with this tag (its latest saved one); the
+#: re-check runs there, else on the approved checkpoint.
+LATEST_CHECKPOINT_TAG = "opdweb.latest_checkpoint"
+
+
+def latest_checkpoint(job: Job, link: RunLink) -> str:
+    return (job.config.get("tags", {}).get(LATEST_CHECKPOINT_TAG) or "").strip() or link.checkpoint
+
+
+def lineage(budget: MismatchBudget):
+    """The team's current budgets the link's budget is read with (same task, method, metric, unit pair)."""
+    return MismatchBudget.objects.filter(team=budget.team_id, task=budget.task, method=budget.method,
+                                         metric=budget.metric, unit_engine=budget.unit_engine,
+                                         unit_trainer=budget.unit_trainer, superseded_by__isnull=True)
+
+
+def do_recheck(job: Job, user) -> Job:
+    """An admission job on the run's latest checkpoint with the approved config: the
+    approval's own admission check's config with the checkpoint replaced, against the
+    lineage's current budget of that checkpoint (the link's own on the approved one),
+    submitted like any job (checked, audited, queued; refused where no budget of that
+    checkpoint exists, as every admission check is)."""
+    from opdweb.jobs.actions import do_submit_job
+
+    link = RunLink.objects.filter(job=job).select_related("approval__admission_job", "approval__config").first()
+    if link is None:
+        raise Refused("this run is not linked to an approved config: there is nothing to re-check", status=409)
+    admission = link.approval.admission_job
+    base = dict(admission.config) if admission is not None and admission.kind == Kind.ADMISSION else {}
+    checkpoint = latest_checkpoint(job, link)
+    budget = (link.budget if checkpoint == link.budget.checkpoint else
+              lineage(link.budget).filter(checkpoint=checkpoint).order_by("-created_at").first() or link.budget)
+    config = {**base, "rollout": link.approval.config.config, "model": checkpoint, "budget": budget.pk}
+    if not base:
+        config["task"], config["reference_engine"] = budget.task, budget.unit_engine
+    made = do_submit_job(team=job.team, user=user, kind_name=Kind.ADMISSION, config=config,
+                         name=f"re-check of run #{job.pk} on {checkpoint}"[:200])
+    audit.record(job.team, user, audit.RUN_RECHECKED, f"re-check of run #{job.pk}: admission job #{made.pk} on "
+                 f"{checkpoint}", subject="job", subject_id=job.pk, admission_job_id=made.pk)
+    return made
+
+
+def do_acknowledge(job: Job, alert_id: int, user) -> None:
+    Alert.objects.filter(job=job, pk=alert_id, acknowledged_at__isnull=True).update(
+        acknowledged_at=timezone.now(), acknowledged_by=user)
+
+
+def first_breach_step(job: Job) -> int | None:
+    """The step the run first went above its budget (its first budget alert), if it did."""
+    return Alert.objects.filter(job=job, kind=AlertKind.BUDGET).order_by("created_at", "id").values_list(
+        "step", flat=True).first()
+
+
+#: The team rule's fields, as the form names them, with their bounds.
+RULE_FIELDS = {"consecutive_steps": (int, 1, 100_000), "growth_per_1k_steps": (float, 0.0, 1e9),
+               "ess_floor": (float, 0.0, 1e9), "silence_seconds": (int, 1, 30 * 86400)}
+
+
+def check_rule_fields(data) -> dict:
+    """The form's values, each a number within its bounds or blank (not watched; the
+    consecutive steps are always watched); refused with every problem named."""
+    values, problems = {}, []
+    for name, (kind, low, high) in RULE_FIELDS.items():
+        text = (data.get(name) or "").strip()
+        if not text and name != "consecutive_steps":
+            values[name] = None
+            continue
+        try:
+            value = kind(text)
+        except ValueError:
+            problems.append({"field": name, "message": f"must be a {'whole ' if kind is int else ''}number"})
+            continue
+        if not (low <= value <= high) or (kind is float and not math.isfinite(value)):
+            problems.append({"field": name, "message": f"must be from {low:g} to {high:g}"})
+            continue
+        values[name] = value
+    if problems:
+        raise Refused("; ".join(f"{p['field']}: {p['message']}" for p in problems), details=problems)
+    return values
+
+
+def do_set_team_rule(team, user, data) -> WatchRule:
+    values = check_rule_fields(data)
+    with transaction.atomic():
+        rule, _ = WatchRule.objects.update_or_create(team=team, job=None, defaults=values)
+        audit.record(team, user, audit.WATCH_RULE_CHANGED, "set the team's watch rule: " + ", ".join(
+            f"{k} {'off' if v is None else v}" for k, v in values.items()), subject="watch_rule", **values)
+    return rule
