@@ -7,9 +7,12 @@ from django.dispatch import receiver
 
 from opdweb.budgets.models import MismatchBudget
 from opdweb.jobs.actions import CONFIG_RESOLVERS
+from opdweb.jobs.config_form import PICKERS
 from opdweb.jobs.signals import job_succeeded
+from opdweb.numbers import budget as budget_text
 from opdweb.refusals import Refused
 from opdweb.sandbox import OutsideSandbox, confine_model
+from opdweb.teams.access import teams_of
 from workers.science.budget.results import CalibratedBudget, CalibrationResult
 from workers.science.entrypoints import get_kind
 from workers.science.kinds import Kind
@@ -69,3 +72,16 @@ def resolve_admission_budget(team, config: dict) -> dict:
 
 
 CONFIG_RESOLVERS[Kind.ADMISSION] = resolve_admission_budget
+
+
+def offered_budgets(user) -> dict[str, list[tuple[str, str]]]:
+    """The budget picker of the job form: each of the user's teams' current budgets."""
+    by_team: dict[str, list[tuple[str, str]]] = {}
+    for b in (MismatchBudget.objects.filter(team__in=teams_of(user), superseded_by=None)
+              .select_related("team").order_by("-pk")[:200]):
+        label = f"#{b.pk} {budget_text(b.budget, b.status)} on {b.checkpoint.rsplit('/', 1)[-1]} ({b.task})"
+        by_team.setdefault(b.team.slug, []).append((str(b.pk), label))
+    return by_team
+
+
+PICKERS["budget"] = offered_budgets

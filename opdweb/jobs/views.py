@@ -17,6 +17,7 @@ from opdweb.api import load_json
 from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
 from opdweb.jobs.compare import compared_jobs, compared_series, metric_rows, parameter_rows, parse_compared_ids
+from opdweb.jobs.config_form import PICKERS, config_from_inputs, form_inputs, form_rows, problems_by_input
 from opdweb.jobs.history import history_reads
 from opdweb.jobs.listing import LISTED_KINDS, JobListView
 from opdweb.jobs.models import Job, JobState
@@ -69,6 +70,9 @@ def example_configs() -> dict[str, dict]:
 
 @login_required
 def job_new(request):
+    """The job form: each kind's fields from its schema, and its config as JSON under
+    "Advanced (JSON)"; either view submits (``view=fields`` or the JSON box) through the
+    same validation, and a refusal is shown at the inputs that caused it, as sent."""
     teams = list(teams_of(request.user, Role.MEMBER))
     examples = example_configs()
     form = {"kind": Kind.SELFTEST.value, "config": json.dumps(examples[Kind.SELFTEST], indent=2), "name": "",
@@ -79,24 +83,62 @@ def job_new(request):
         form.update(cloned_form(request.user, int(request.GET["clone"]), request.GET.get("prompts", "")))
     elif request.GET.get("kind") in FORM_PREFILLS:
         form.update(FORM_PREFILLS[request.GET["kind"]](request.user, request.GET, examples[request.GET["kind"]]))
-    error = None
+    error, problems, view, status = None, [], "fields", 200
     if request.method == "POST":
         form = {k: request.POST.get(k, "") for k in ("kind", "config", "name", "team")}
+        view = "fields" if request.POST.get("view") == "fields" else "json"
         team = next((t for t in teams if t.slug == form["team"]), None)
         try:
             if team is None:
                 raise Refused("choose a team you can submit to", status=403)
-            config = load_json(form["config"] or "{}", "config")
+            if view == "fields" and form["kind"] in KINDS:
+                config, problems = config_from_inputs(form_inputs(KINDS[form["kind"]].config), request.POST)
+                form["config"] = json.dumps(config, indent=2)
+                if problems:
+                    raise Refused("; ".join(f"{p['field']}: {p['message']}" for p in problems), details=problems)
+            else:
+                config = load_json(form["config"] or "{}", "config")
             job = do_submit_job(team=team, user=request.user, kind_name=form["kind"], config=config, name=form["name"])
         except Refused as exc:
-            error = str(exc)
-            status = exc.status
+            error, status, problems = str(exc), exc.status, exc.details or problems
         else:
             return redirect("jobs:detail", job_id=job.pk)
-    else:
-        status = 200
-    context = {"form": form, "teams": teams, "kinds": KINDS.values(), "error": error, "examples": examples}
-    return render(request, "jobs/new.html", context, status=status if error else 200)
+    context = {"form": form, "teams": teams, "kinds": KINDS.values(), "error": error, "examples": examples,
+               "view": view, "problems_shown": problems_summary(problems) if view == "fields" else "",
+               **kind_forms(request, form, examples, view, problems)}
+    return render(request, "jobs/new.html", context, status=status)
+
+
+def problems_summary(problems: list[dict]) -> str:
+    n = len(problems)
+    return f"{n} problem{'s' if n != 1 else ''} in the config, shown at {'its field' if n == 1 else 'their fields'}" \
+        if n else ""
+
+
+def kind_forms(request, form: dict, examples: dict, view: str, problems: list[dict]) -> dict:
+    """Each kind's fields: the chosen kind's from the form (as sent, after a refusal of the
+    fields view), the others' from their example; the problems that belong to no input."""
+    try:
+        shown = json.loads(form["config"] or "{}")
+    except (ValueError, RecursionError):
+        shown = {}  # a JSON box that is not JSON: the fields show the example; the box keeps the text
+    shown = shown if isinstance(shown, dict) else {}
+    choices_by_team = {picker: offer(request.user) for picker, offer in PICKERS.items()}
+    choices = {picker: offered.get(form["team"], []) for picker, offered in choices_by_team.items()}
+    forms, general = [], problems
+    for name, kind in KINDS.items():
+        inputs = form_inputs(kind.config)
+        chosen = name == form["kind"]
+        errors: dict[str, list[str]] = {}
+        if chosen and view == "fields":
+            errors, general = problems_by_input(inputs, problems)
+        sent = request.POST if chosen and request.method == "POST" and view == "fields" else None
+        rows = form_rows(name, inputs, shown if chosen else examples[name], sent, errors, choices)
+        groups: dict[str, list[dict]] = {}
+        for row in rows:
+            groups.setdefault(row["group"], []).append(row)
+        forms.append({"kind": name, "chosen": chosen, "groups": list(groups.items())})
+    return {"kind_forms": forms, "general_problems": general, "picker_choices": choices_by_team}
 
 
 def cloned_form(user, job_id: int, prompts: str) -> dict:

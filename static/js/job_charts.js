@@ -148,13 +148,83 @@ window.JobCharts = (function () {
              legend: { orientation: "h", y: -0.25 }, shapes: shapes, annotations: annotations };
   }
 
+  // Panels: a chart goes into the panel of its namespace (the key's part before the first
+  // "/"), panels in alphabetical order with the keys without a namespace first ("charts"),
+  // and the charts of a panel in the order of their names: the same order on every load,
+  // whatever order the reads come back in.  Each panel folds; the chooser hides charts, and
+  // what it hides (and which panels are folded) is remembered in this browser.
+  const HIDDEN_KEY = "opdweb.charts.hidden", FOLDED_KEY = "opdweb.charts.folded";
+  const remembered = k => { try { return new Set(JSON.parse(localStorage.getItem(k) || "[]")); } catch (e) { return new Set(); } };
+  const hidden = remembered(HIDDEN_KEY), folded = remembered(FOLDED_KEY);
+  const remember = (k, set) => { try { localStorage.setItem(k, JSON.stringify([...set])); } catch (e) { /* private mode */ } };
+  const NO_NAMESPACE = "";
+  function namespaceOf(name) { const i = name.indexOf("/"); return i < 0 ? NO_NAMESPACE : name.slice(0, i); }
+  function insertSorted(parent, child, attribute) {
+    const value = child.dataset[attribute];
+    const after = [...parent.children].find(c => c.dataset[attribute] !== undefined && c.dataset[attribute] > value);
+    parent.insertBefore(child, after || null);
+  }
+  function panelOf(namespace) {
+    let panel = container.querySelector(`details.chart-panel[data-namespace="${CSS.escape(namespace)}"]`);
+    if (panel) return panel;
+    panel = document.createElement("details");
+    panel.className = "chart-panel";
+    panel.dataset.namespace = namespace;
+    panel.open = !folded.has(namespace);
+    const summary = document.createElement("summary");
+    summary.textContent = namespace || "charts";
+    panel.appendChild(summary);
+    const body = document.createElement("div");
+    body.className = "panel-charts";
+    panel.appendChild(body);
+    panel.addEventListener("toggle", () => {
+      if (panel.open) { folded.delete(namespace); body.querySelectorAll(".chart").forEach(d => Plotly.Plots.resize(d)); }
+      else folded.add(namespace);
+      remember(FOLDED_KEY, folded);
+    });
+    insertSorted(container, panel, "namespace");
+    return panel;
+  }
+  function chooser() {
+    let box = document.getElementById("metric-chooser");
+    if (box) return box;
+    box = document.createElement("details");
+    box.id = "metric-chooser";
+    box.dataset.namespace = "";  // before every panel
+    const summary = document.createElement("summary");
+    summary.textContent = "Metrics shown";
+    box.appendChild(summary);
+    container.insertBefore(box, container.firstChild);
+    return box;
+  }
+  function placeChart(name, div) {
+    const panel = panelOf(namespaceOf(name));
+    insertSorted(panel.querySelector(".panel-charts"), div, "chart");
+    div.hidden = hidden.has(name);
+    const label = document.createElement("label");
+    label.className = "metric-choice";
+    label.dataset.chart = name;
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.checked = !hidden.has(name);
+    box.addEventListener("change", () => {
+      if (box.checked) hidden.delete(name); else hidden.add(name);
+      div.hidden = !box.checked;
+      if (box.checked) Plotly.Plots.resize(div);
+      remember(HIDDEN_KEY, hidden);
+    });
+    label.append(box, " " + name);
+    insertSorted(chooser(), label, "chart");
+  }
+
   function plot(name, keys) {
     const group = groups[name];
     const config = { responsive: true, displaylogo: false };
     if (group.div) return Plotly.react(group.div, traces(keys), layout(name, keys), config);
     group.div = document.createElement("div");
     group.div.className = "chart";
-    container.appendChild(group.div);
+    group.div.dataset.chart = name;
+    placeChart(name, group.div);
     const start = performance.now();
     Plotly.newPlot(group.div, traces(keys), layout(name, keys), config);
     // The page's first chart, for anyone timing the page (the job page benchmark does).

@@ -51,9 +51,10 @@ def test_an_admission_check_of_a_preset_config_streams_live_and_gives_a_verdict(
     assert form["budget"] == budget.pk and form["model"] == toy_student and form["task"] == budget.task
     assert form["rollout"]["weights"] == "fp8_e4m3" and form["rollout"]["kv_cache"] == "fp8_e4m3"
     # Many small batches, so the run lasts long enough to be watched.
+    page.click("#advanced summary")
     page.fill("textarea[name=config]", json.dumps({**form, "prompts": 1024, "batch_size": 8, "drift": False}))
     shot(page, "1-new-admission-check")
-    page.click("button:has-text('Submit')")
+    page.click("#submit-json")
     expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
     job = Job.objects.get(kind="admission")
 

@@ -18,6 +18,7 @@ def test_picking_registered_models_fills_the_config_and_the_checkpoint(member, a
     log_in(page, base, user)
 
     page.goto(f"{base}/jobs/new/")
+    page.click("#advanced summary")  # the JSON view's pickers
     expect(page.locator("#pick-teacher-label")).to_be_hidden()  # selftest names no teacher
     page.select_option("select[name=kind]", "train")
     expect(page.locator("#pick-teacher-label")).to_be_visible()

@@ -18,8 +18,9 @@ def test_a_member_submits_a_job_and_watches_it_live(member, start_worker, asgi_s
 
     page.click("text=New job")
     page.fill("input[name=name]", "browser smoke")
+    page.click("#advanced summary")
     page.fill("textarea[name=config]", '{"steps": 150, "sleep_s": 0.02}')
-    page.click("button:has-text('Submit')")
+    page.click("#submit-json")
     expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
     job = Job.objects.get(name="browser smoke")
 
@@ -36,8 +37,9 @@ def test_a_member_submits_a_job_and_watches_it_live(member, start_worker, asgi_s
 
     # Bad input on the form: a clear message, nothing created.
     page.goto(f"{base}/jobs/new/")
+    page.click("#advanced summary")
     page.fill("textarea[name=config]", '{"steps": "many"}')
-    page.click("button:has-text('Submit')")
+    page.click("#submit-json")
     expect(page.locator(".error")).to_contain_text("steps")
     assert Job.objects.count() == 1
 
@@ -60,8 +62,9 @@ def test_a_member_cancels_a_running_job_from_its_page(member, start_worker, asgi
     base = f"http://{asgi_server}"
     log_in(page, base, user)
     page.goto(f"{base}/jobs/new/")
+    page.click("#advanced summary")
     page.fill("textarea[name=config]", '{"steps": 100000, "sleep_s": 0.01}')
-    page.click("button:has-text('Submit')")
+    page.click("#submit-json")
     expect(page.locator("#job-state")).to_have_text("running", timeout=60_000)
     page.click("#cancel")
     expect(page.locator("#job-state")).to_have_text("cancelled", timeout=30_000)
