@@ -131,7 +131,8 @@ def read_stream(response) -> str:
     return async_to_sync(collect)().decode()
 
 
-def test_the_export_streams_every_point(client, job):
+def test_the_export_streams_every_point(client, job, transactional_db):
+    """(Committed data: the export reads on a connection of its own, as it must under ASGI.)"""
     from tests.web.factories import MembershipFactory
 
     user = MembershipFactory(team=job.team).user
