@@ -22,20 +22,13 @@ import sys
 import threading
 import time
 
+from bench_reliability import rss_mb
 from harness import ROOT, bench_database, child_env, load, team_and_user
 
 from opdweb.embedded_servers import free_port, reachable
 
 # The product's web server, and daphne as it is (no flow control), side by side.
 SERVERS = {"opdweb.web_server": "opdweb.web_server", "daphne 4.2 alone": "daphne"}
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def fill(job, points: int) -> None:
