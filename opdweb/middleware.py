@@ -4,6 +4,7 @@ where Django alone answers 400) and NUL characters in a query string or form
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponseBadRequest, JsonResponse
+from django.urls import Resolver404, resolve
 
 
 class RequestSizeLimit:
@@ -12,10 +13,12 @@ class RequestSizeLimit:
 
     def __call__(self, request):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        if request.path.startswith("/mlflow/"):
+        own = settings.MLFLOW_MAX_REQUEST_BYTES if request.path.startswith("/mlflow/") else _declared_limit(request)
+        if own is not None:
             # MLflow's own limit on a request (a log-batch of 1,000 metrics with long keys
-            # passes Django's); its views read the body themselves, within it.
-            limit = settings.MLFLOW_MAX_REQUEST_BYTES
+            # passes Django's), or one an API endpoint declares (a run's points); these
+            # views read the body themselves, within it.
+            limit = own
             if int(request.META.get("CONTENT_LENGTH") or 0) > limit:
                 return too_large(request, f"request body of {request.META['CONTENT_LENGTH']} bytes exceeds the "
                                           f"limit of {limit} bytes")
@@ -36,6 +39,17 @@ class RequestSizeLimit:
             except RequestDataTooBig:
                 return too_large(request, f"request body exceeds the limit of {limit} bytes")
         return self.get_response(request)
+
+
+def _declared_limit(request) -> int | None:
+    """The larger body limit the API view at this path declares (``max_body_bytes``), if any."""
+    if not request.path.startswith("/api/"):
+        return None
+    try:
+        view = resolve(request.path_info).func
+    except Resolver404:
+        return None
+    return getattr(view, "max_body_bytes", None)
 
 
 def too_large(request, detail: str) -> JsonResponse:

@@ -159,6 +159,8 @@ STORAGES = {
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=256 * 1024)
 # Under /mlflow/, MLflow's own limit on a request instead (MAX_BATCH_LOG_REQUEST_SIZE, 1 MB).
 MLFLOW_MAX_REQUEST_BYTES = env.int("MLFLOW_MAX_REQUEST_BYTES", default=1_000_000)
+# POST /api/runs/<id>/points (the native client's batches, up to 100,000 points) instead.
+RUN_POINTS_MAX_REQUEST_BYTES = env.int("RUN_POINTS_MAX_REQUEST_BYTES", default=8_000_000)
 # A job config above this many bytes of JSON is refused (400) even if the body fits.
 JOB_CONFIG_MAX_BYTES = env.int("JOB_CONFIG_MAX_BYTES", default=64 * 1024)
 

@@ -7,9 +7,11 @@ from opdweb.api import Api
 from opdweb.budgets import api as budgets_api
 from opdweb.health import views as health
 from opdweb.jobs import api as jobs_api
+from opdweb.runs import api as runs_api
 from opdweb.tokens.authentication import authenticate_bearer
 
-api = Api(title="opdweb", version="1", routes=[jobs_api.routes, budgets_api.routes], bearer=authenticate_bearer)
+api = Api(title="opdweb", version="1", routes=[jobs_api.routes, budgets_api.routes, runs_api.routes],
+          bearer=authenticate_bearer)
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list"), name="home"),

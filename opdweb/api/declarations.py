@@ -24,6 +24,9 @@ class Endpoint:
     produces: tuple[str, ...] = ()  # media types of a non-JSON (streamed) response
     # Returns the type that documents the body, when ``body`` alone says less.
     body_schema: Callable | None = None
+    # A body larger than the site's limit (``DATA_UPLOAD_MAX_MEMORY_SIZE``) that this
+    # endpoint takes, read and validated by pydantic straight from the JSON text.
+    max_body_bytes: int | None = None
 
     @property
     def openapi_path(self) -> str:
@@ -37,10 +40,11 @@ class Routes:
         self.endpoints: list[Endpoint] = []
 
     def route(self, method: str, route: str, *, summary: str, body=None, query=None, response=None,
-              status: int = 200, errors: tuple[int, ...] = (), produces: tuple[str, ...] = (), body_schema=None):
+              status: int = 200, errors: tuple[int, ...] = (), produces: tuple[str, ...] = (), body_schema=None,
+              max_body_bytes: int | None = None):
         def register(view):
             self.endpoints.append(Endpoint(method, route, view, summary, body, query, response, status, errors,
-                                           produces, body_schema))
+                                           produces, body_schema, max_body_bytes))
             return view
 
         return register

@@ -49,7 +49,9 @@ class Api:
             bad_query = _query_problem(endpoint, request.GET)
             if bad_query is not None:
                 return bad_query
-            if endpoint.body is not None:
+            if endpoint.body is not None and endpoint.max_body_bytes is not None:
+                kwargs["body"] = endpoint.body.model_validate_json(_large_body(request, endpoint.max_body_bytes))
+            elif endpoint.body is not None:
                 data = load_json(request.body or b"null", "request body")
                 kwargs["body"] = endpoint.body.model_validate(data)
             if endpoint.query is not None:
@@ -115,6 +117,9 @@ class Api:
                     return rejected
             return gzipped(request, self.handle(endpoint, request, kwargs))
 
+        limits = [e.max_body_bytes for e in methods.values() if e.max_body_bytes is not None]
+        if limits:
+            dispatch.max_body_bytes = max(limits)  # type: ignore[attr-defined]  # read by RequestSizeLimit
         return csrf_exempt(dispatch)
 
     def openapi(self) -> dict:
@@ -124,6 +129,15 @@ class Api:
 def _csrf_rejection(request) -> HttpResponse | None:
     """Django's own CSRF check of a session request (its failure view answers a ``Problem``)."""
     return CsrfViewMiddleware(lambda r: HttpResponse()).process_view(request, None, (), {})
+
+
+def _large_body(request, limit: int) -> bytes:
+    """The body of an endpoint that takes more than the site's limit, up to its own
+    (:class:`opdweb.middleware.RequestSizeLimit` has refused a longer declared length)."""
+    raw = request.read(limit + 1)
+    if len(raw) > limit:
+        raise Refused(f"request body exceeds the limit of {limit} bytes", status=413)
+    return raw or b"null"
 
 
 def _query_problem(endpoint: Endpoint, query) -> JsonResponse | None:

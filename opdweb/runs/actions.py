@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -14,11 +15,11 @@ from opdweb.jobs import live
 from opdweb.jobs.models import Job
 from opdweb.runs import linking, watch
 from opdweb.runs import mlflow_errors as errors
-from opdweb.runs.metric_map import RESERVED_PREFIX
+from opdweb.runs.metric_map import RESERVED_PREFIX, WATCHED_KEYS
 from opdweb.runs.mlflow_requests import LogBatch
 from opdweb.runs.mlflow_shapes import STATE_OF_STATUS, STATUS_OF_STATE
 from opdweb.runs.models import MlflowExperiment, MlflowRun, RunLink
-from opdweb.runs.points import write_new_points
+from opdweb.runs.points import KeyPoints, metrics_of, series_of, write_new_points
 from opdweb.teams import audit
 from opdweb.teams.access import has_role
 from opdweb.teams.models import Role
@@ -115,16 +116,8 @@ def do_log_batch(token: ApiToken, run_id: str, batch: LogBatch) -> int:
     A param keeps its first value (MLflow's rule: changing one is refused); a tag takes
     the last; each point is written once (:mod:`.points`)."""
     with transaction.atomic():
-        run = run_for(token, run_id, lock=True)
-        job = run.job
-        if job.is_terminal:
-            raise errors.MlflowRefused(
-                f"run {run_id} is closed ({STATUS_OF_STATE[job.state]}, job #{job.pk} {job.state}); "
-                "nothing was written", errors.INVALID_STATE)
-        reserved = next((m.key for m in batch.metrics if m.key.startswith(RESERVED_PREFIX)), None)
-        if reserved is not None:
-            raise errors.invalid(f"metric {reserved[:200]!r}: keys under {RESERVED_PREFIX!r} are the product's own "
-                                 "(derived from what the run logs); nothing was written")
+        job = _open_run(token, run_id)
+        _refuse_reserved(m.key for m in batch.metrics)
         config = job.config
         params, tags = dict(config.get("params", {})), dict(config.get("tags", {}))
         for key, value in batch.params:
@@ -146,9 +139,40 @@ def do_log_batch(token: ApiToken, run_id: str, batch: LogBatch) -> int:
         if fields:
             job.save(update_fields=fields)
         link = linking.do_link(job, tags) if linking.names_a_link(dict(batch.tags)) else job_link(job)
-        written = write_new_points(job.pk, batch.metrics, derive=lambda fresh: linking.derived_points(link, fresh))
-        watch.do_observe(job, link, batch.metrics)
-        return written
+        return _write_points(job, link, series_of(batch.metrics))
+
+
+def do_log_points(token: ApiToken, run_id: str, series: list[KeyPoints]) -> int:
+    """Points held per key (``POST /api/runs/<run_id>/points``, the native client's
+    batches), all or nothing; returns the points written, each once (:mod:`.points`)."""
+    with transaction.atomic():
+        job = _open_run(token, run_id)
+        _refuse_reserved(points.key for points in series)
+        return _write_points(job, job_link(job), series)
+
+
+def _open_run(token: ApiToken, run_id: str) -> Job:
+    """The run's job, its row held until the transaction ends; refused once the run is closed."""
+    run = run_for(token, run_id, lock=True)
+    job = run.job
+    if job.is_terminal:
+        raise errors.MlflowRefused(
+            f"run {run_id} is closed ({STATUS_OF_STATE[job.state]}, job #{job.pk} {job.state}); "
+            "nothing was written", errors.INVALID_STATE)
+    return job
+
+
+def _refuse_reserved(keys: Iterable[str]) -> None:
+    reserved = next((key for key in keys if key.startswith(RESERVED_PREFIX)), None)
+    if reserved is not None:
+        raise errors.invalid(f"metric {reserved[:200]!r}: keys under {RESERVED_PREFIX!r} are the product's own "
+                             "(derived from what the run logs); nothing was written")
+
+
+def _write_points(job: Job, link: RunLink | None, series: list[KeyPoints]) -> int:
+    written = write_new_points(job.pk, series, derive=lambda fresh: linking.derived_series(link, fresh))
+    watch.do_observe(job, link, metrics_of(series, WATCHED_KEYS))
+    return written
 
 
 def job_link(job: Job) -> RunLink | None:

@@ -31,6 +31,7 @@ from opdweb.runs import mlflow_errors as errors
 from opdweb.runs.metric_map import EXACT_K3_KEYS, MULTIPLE_KEY
 from opdweb.runs.mlflow_requests import MetricIn
 from opdweb.runs.models import RunLink
+from opdweb.runs.points import KeyPoints, metrics_of, series_of, write_new_points
 from opdweb.teams import audit
 from opdweb.traces.models import TracePoint
 from workers.science.kinds import Kind
@@ -127,14 +128,17 @@ def do_link(job: Job, tags: dict[str, str]) -> RunLink | None:
                                   unit_k3=unit, unit_source=source)
     earlier = derived_points(link, stored_k3_points(link))
     if earlier:
-        from opdweb.runs.points import write_new_points
-
-        write_new_points(job.pk, earlier)
+        write_new_points(job.pk, series_of(earlier))
     audit.record(job.team, job.created_by, audit.RUN_LINKED,
                  f"run #{job.pk} ({job.name}) linked to approval #{approval.pk} (config "
                  f"{approval.config.config_hash[:12]} on {approval.checkpoint}), budget #{approval.budget_id}",
                  subject="job", subject_id=job.pk, approval_id=approval.pk, budget_id=approval.budget_id)
     return link
+
+
+def derived_series(link: RunLink | None, fresh: list[KeyPoints]) -> list[KeyPoints]:
+    """:func:`derived_points` of a batch held per key."""
+    return series_of(derived_points(link, metrics_of(fresh, EXACT_K3_KEYS))) if link is not None else []
 
 
 def derived_points(link: RunLink | None, fresh: list[MetricIn]) -> list[MetricIn]:

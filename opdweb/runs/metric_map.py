@@ -71,6 +71,9 @@ BY_KEY: dict[str, TrainerMetric] = {m.key: m for m in METRICS}
 EXACT_K3_KEYS: tuple[str, ...] = tuple(m.key for m in METRICS if m.exact and m.metric == "k3")
 #: The keys whose values are the product's ESS exactly (the watch's ESS floor reads them).
 ESS_KEYS: tuple[str, ...] = tuple(m.key for m in METRICS if m.exact and m.metric == "ess")
+#: The keys the watch rules read point by point (:mod:`.watch`); a batch's other keys go
+#: to the trace store without being looked at one by one.
+WATCHED_KEYS: frozenset[str] = frozenset(EXACT_K3_KEYS) | frozenset(ESS_KEYS)
 
 
 def trainer_metric(key: str) -> TrainerMetric | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from opdweb.runs.mlflow_errors import INVALID_PARAMETER_VALUE, MlflowRefused, invalid
-from opdweb.traces.models import TraceSeries
+from opdweb.traces.models import MAX_STEP, TraceSeries
 
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_TAGS_PER_BATCH = 100
@@ -124,8 +124,6 @@ def metric(data, where: str, now_ms: int) -> MetricIn:
     else:
         raise invalid(f"{where} ({key!r}): 'value' must be a number (or \"NaN\", \"Infinity\", \"-Infinity\"), "
                       f"got {_shown(raw)}")
-    from opdweb.traces.sink import MAX_STEP  # here, not at the top: the sink's module imports numpy
-
     step = int64(data.get("step", 0), f"{where}.step")
     if not 0 <= step <= MAX_STEP:
         raise invalid(f"{where} ({key!r}): step {step} is outside 0 to 2**53 - 1, the steps a trace holds")

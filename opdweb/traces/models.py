@@ -12,6 +12,10 @@ replayed writes leave it unchanged.
 """
 from django.db import models
 
+#: The largest step a trace may have: every step is exact as a double (a browser's numbers;
+#: the reads compare steps as float8 to find each bucket's last value).
+MAX_STEP = 2**53 - 1
+
 # Bucket width in steps per level; level 0 is the raw points.
 ROLLUP_WIDTHS = (1, 32, 256, 2048, 16384, 131072, 1048576)
 

@@ -33,14 +33,11 @@ from django.db import connection
 from opdweb.traces.analyze import ANALYZE_CHECK_ROWS, analyze_if_needed
 from opdweb.traces.batches import write_points
 from opdweb.traces.live_packing import live_messages
-from opdweb.traces.models import POINTS_TABLE, ROLLUP_TABLE, SERIES_TABLE
+from opdweb.traces.models import MAX_STEP, POINTS_TABLE, ROLLUP_TABLE, SERIES_TABLE
 from opdweb.traces.pending import PendingPoints
 
 log = logging.getLogger(__name__)
 
-#: The largest step a trace may have: every step is exact as a double (a browser's numbers;
-#: the reads compare steps as float8 to find each bucket's last value).
-MAX_STEP = 2**53 - 1
 # Batches waiting to be published beyond this are not published (liveness only).
 MAX_UNPUBLISHED = 64
 # The writer thread closes its database connection after this long with nothing to write.

@@ -311,7 +311,7 @@ def test_a_batched_read_refuses_what_it_cannot_answer_and_reveals_no_other_teams
 def test_steps_up_to_2_to_the_53_read_exactly_and_larger_ones_are_refused():
     """A bucket's last value is found by comparing steps as float8, exact up to 2**53 - 1
     (also the largest step a browser holds exactly); the sink refuses larger steps."""
-    from opdweb.traces.sink import MAX_STEP
+    from opdweb.traces.models import MAX_STEP
 
     job = JobFactory()
     sink = TraceSink(job.pk, publish=False)

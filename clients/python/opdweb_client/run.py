@@ -8,9 +8,10 @@ neither MLflow nor W&B::
             run.log(step, {"train/loss": loss, "rollout/k3": k3})
 
 The run is an ``external`` job of the token's team, made and fed through the product's
-MLflow-compatible endpoints (``runs/create``, ``runs/log-batch``, ``runs/update``; see
-docs/tracking.md).  :meth:`Run.log` only queues: a background thread sends the points in
-batches of up to 1,000, every ``flush_interval`` seconds or as soon as a batch is full.  A
+MLflow-compatible endpoints (``runs/create``, ``runs/update``; see docs/tracking.md), its
+points through ``POST /api/runs/<run_id>/points``, held per key.  :meth:`Run.log` only
+queues: a background thread sends the points in batches of up to ``batch_size`` (10,000;
+the server takes 100,000), every ``flush_interval`` seconds or as soon as a batch is full.  A
 batch stays queued until the server has answered it; a dropped connection, a timeout, a
 429 or a 5xx is retried with exponential backoff, so no point is lost, and none is written
 twice: the server keeps one value per (run, key, step), so a batch resent after a lost
@@ -31,9 +32,10 @@ from opdweb_client.jobs import Client
 from opdweb_client.transport import ApiError, Backoff, OpdwebError
 
 MLFLOW = "/mlflow/api/2.0/mlflow/"
-#: The server's limits (docs/tracking.md): metrics per log-batch, params per batch, a
+#: The server's limits (docs/tracking.md): points per request, params per batch, a
 #: metric key's length, the largest step a trace holds.
-MAX_BATCH = 1000
+MAX_BATCH = 100_000
+DEFAULT_BATCH = 10_000
 MAX_PARAMS_PER_BATCH = 100
 MAX_KEY_LENGTH = 200
 MAX_STEP = 2**53 - 1
@@ -67,7 +69,7 @@ class Run:
     def __init__(self, name: str = "", *, experiment: str | None = None, params: Mapping[str, Any] | None = None,
                  tags: Mapping[str, str] | None = None, approval: int | str | None = None,
                  checkpoint: str | None = None, credentials: Credentials | None = None,
-                 flush_interval: float = 1.0, batch_size: int = MAX_BATCH, backoff: Backoff | None = None,
+                 flush_interval: float = 1.0, batch_size: int = DEFAULT_BATCH, backoff: Backoff | None = None,
                  exit_timeout: float = 300.0, timeout: float = 30.0):
         if not 1 <= batch_size <= MAX_BATCH:
             raise ValueError(f"batch_size must be 1 to {MAX_BATCH}, the server's limit per batch")
@@ -91,8 +93,9 @@ class Run:
         self.name: str = answer["run"]["info"].get("run_name", name)
         items = [{"key": str(k), "value": str(v)} for k, v in (params or {}).items()]
         for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-            self._send({"run_id": self.id, "params": items[i:i + MAX_PARAMS_PER_BATCH]})
-        self._pending: list[dict] = []  # logged, not yet acknowledged by the server, oldest first
+            self._send({"run_id": self.id, "params": items[i:i + MAX_PARAMS_PER_BATCH]}, "runs/log-batch")
+        # (key, step, value, unix ms): logged, not yet acknowledged by the server, oldest first
+        self._pending: list[tuple[str, int, float | str, int]] = []
         self._cond = threading.Condition()
         self._flushing = 0
         self._closing = False
@@ -125,7 +128,7 @@ class Run:
                 number = float(value)
             except (TypeError, ValueError):
                 raise ValueError(f"{key!r}: a value is a number, got {value!r}") from None
-            points.append({"key": key, "value": _wire_value(number), "timestamp": now, "step": step})
+            points.append((key, step, _wire_value(number), now))
         with self._cond:
             self._raise_failure()
             if self.status is not None or self._closing:
@@ -204,7 +207,7 @@ class Run:
 
     # -- the sending thread -----------------------------------------------------------------
 
-    def _send(self, body: dict, endpoint: str = "runs/log-batch") -> None:
+    def _send(self, body: dict, endpoint: str) -> None:
         self._transport.call("POST", MLFLOW + endpoint, body=body, backoff=self.backoff,
                              stop=lambda: self._abandoned)
 
@@ -226,7 +229,8 @@ class Run:
                     return
                 batch = self._pending[:self.batch_size]  # stays queued until the server has it
             try:
-                self._send({"run_id": self.id, "metrics": batch})
+                self._transport.call("POST", f"/api/runs/{self.id}/points", body={"series": _series(batch)},
+                                     backoff=self.backoff, stop=lambda: self._abandoned)
             except Exception as exc:  # refused for good (revoked token, closed run), abandoned, or a bug
                 with self._cond:
                     if not self._abandoned:
@@ -273,6 +277,19 @@ class Run:
                 if exc.status != 400 or "already exists" not in str(exc):  # made meanwhile by another run
                     raise
         raise OpdwebError(f"experiment {name!r} could be neither found nor made")
+
+
+def _series(batch: list[tuple[str, int, float | str, int]]) -> list[dict]:
+    """A batch as the points endpoint takes it: one entry per key, parallel lists."""
+    by_key: dict[str, dict[str, list]] = {}
+    for key, step, value, timestamp in batch:
+        entry = by_key.get(key)
+        if entry is None:
+            entry = by_key[key] = {"key": key, "steps": [], "values": [], "timestamps": []}
+        entry["steps"].append(step)
+        entry["values"].append(value)
+        entry["timestamps"].append(timestamp)
+    return list(by_key.values())
 
 
 def _now_ms() -> int:
