@@ -281,7 +281,7 @@ class Run:
 
 def _series(batch: list[tuple[str, int, float | str, int]]) -> list[dict]:
     """A batch as the points endpoint takes it: one entry per key, parallel lists."""
-    by_key: dict[str, dict[str, list]] = {}
+    by_key: dict[str, dict[str, Any]] = {}
     for key, step, value, timestamp in batch:
         entry = by_key.get(key)
         if entry is None:
