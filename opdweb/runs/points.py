@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
@@ -39,6 +40,25 @@ from opdweb.traces.models import POINTS_TABLE, SERIES_TABLE
 
 # Conflicts named one by one in the job's log, per batch; the rest are counted.
 NAMED_CONFLICTS = 5
+
+
+class _Statistics:
+    """Rows this process's batches wrote since it last checked the trace tables' statistics:
+    a sink per request would check at every close (a catalogue query per batch), so the
+    batches check once per ``ANALYZE_CHECK_ROWS`` rows instead, as one long-lived sink does."""
+
+    unchecked = 0
+    lock = threading.Lock()
+
+    @classmethod
+    def wrote(cls, rows: int) -> None:
+        from opdweb.traces.analyze import ANALYZE_CHECK_ROWS, analyze_if_needed
+
+        with cls.lock:
+            cls.unchecked += rows
+            due, cls.unchecked = (cls.unchecked, 0) if cls.unchecked >= ANALYZE_CHECK_ROWS else (0, cls.unchecked)
+        if due:
+            transaction.on_commit(lambda: analyze_if_needed({POINTS_TABLE: due}))
 
 
 @dataclass
@@ -155,10 +175,12 @@ def write_new_points(job_id: int, series: list[KeyPoints],
     if fresh:
         from opdweb.traces.sink import TraceSink
 
-        sink = TraceSink(job_id, publish=lambda messages: transaction.on_commit(lambda: live.publish(job_id, messages)))
+        sink = TraceSink(job_id, publish=lambda messages: transaction.on_commit(lambda: live.publish(job_id, messages)),
+                         analyze=False)
         for points in fresh:
             sink.add_many(points.key, points.steps, points.values, [t / 1000 for t in points.timestamps])
         sink.close()
+        _Statistics.wrote(sum(len(points.steps) for points in fresh))
     if conflicts:
         _log_conflicts(job_id, conflicts)
     return written

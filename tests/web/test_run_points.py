@@ -206,7 +206,8 @@ def test_a_linked_runs_k3_becomes_its_multiple_and_is_watched_as_through_mlflow(
     # 20x, 40x, then 60x, 70x, 80x: past the 50x budget from step 3 on (the rule's default
     # asks for 3 steps in a row above it, so it alerts at step 5)
     k3 = [20 * UNIT_K3, 40 * UNIT_K3, 60 * UNIT_K3, 70 * UNIT_K3, 80 * UNIT_K3]
-    answer = log(tracking, run_id, [key("rollout_corr/k3_kl", range(1, 6), k3), key("train/loss", range(1, 6), [0] * 5)])
+    answer = log(tracking, run_id, [key("rollout_corr/k3_kl", range(1, 6), k3),
+                                    key("train/loss", range(1, 6), [0] * 5)])
     assert answer.json() == {"received": 10, "written": 10}
     derived = {step: value for name, step, value in points(run_id) if name == MULTIPLE_KEY}
     assert derived == {1: pytest.approx(20.0), 2: pytest.approx(40.0), 3: pytest.approx(60.0),
@@ -216,3 +217,34 @@ def test_a_linked_runs_k3_becomes_its_multiple_and_is_watched_as_through_mlflow(
     assert alert.step == 3  # above since step 3, alerted once the third step in a row came
     approval.refresh_from_db()
     assert approval.breached_at_step == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_batches_keep_the_planners_row_counts_current_without_autovacuum(member):
+    """Each batch's sink lives for one request, so the batches of a process check the
+    statistics once per ANALYZE_CHECK_ROWS rows together (not at every close)."""
+    from django.db import connection
+
+    from opdweb.runs.points import _Statistics
+    from opdweb.traces.analyze import ANALYZE_CHECK_ROWS
+
+    def planner_rows() -> float:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reltuples FROM pg_class WHERE oid = 'traces_tracepoint'::regclass")
+            return cursor.fetchone()[0]
+
+    user, team = member
+    tracking = Tracking(do_create_token(user=user, team=team, name="trainer", can_write=True)[1])
+    run_id = tracking.start_run(run_name="big")
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE traces_tracepoint SET (autovacuum_enabled = false)")
+    try:
+        _Statistics.unchecked = 0
+        half = ANALYZE_CHECK_ROWS // 2  # 100,000: one request's most
+        assert log(tracking, run_id, [key("x", range(half), [1.0] * half)]).json()["written"] == half
+        assert planner_rows() != half  # not checked yet
+        assert log(tracking, run_id, [key("x", range(half, 2 * half), [1.0] * half)]).json()["written"] == half
+        assert planner_rows() == TracePoint.objects.count() == 2 * half
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE traces_tracepoint RESET (autovacuum_enabled)")
