@@ -13,6 +13,12 @@ from opdweb.api.declarations import Endpoint
 NO_NUL = "^[^\\x00]*$"
 
 
+PATH_CONVERTER_SCHEMAS = {
+    "int": {"type": "integer", "minimum": 0},
+    "str": {"type": "string", "minLength": 1, "pattern": "^[^/\\x00]+$"},
+}
+
+
 SECURITY_SCHEMES = {
     "session": {"type": "apiKey", "in": "cookie", "name": "sessionid",
                 "description": "the browser's login session; a write also needs the csrftoken cookie's value "
@@ -38,10 +44,11 @@ def openapi_document(title: str, version: str, endpoints: list[Endpoint]) -> dic
 
     for e in endpoints:
         op: dict[str, Any] = {"summary": e.summary, "responses": {}}
-        # Django's <int:...> converter takes digits only; anything else is a 404.
+        # Django's converters: <int:...> takes digits only, <str:...> one or more characters
+        # but no "/"; anything else is a 404.
         params = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}}
-            for name in re.findall(r"<int:(\w+)>", e.route)
+            {"name": name, "in": "path", "required": True, "schema": PATH_CONVERTER_SCHEMAS[converter]}
+            for converter, name in re.findall(r"<(int|str):(\w+)>", e.route)
         ]
         refusals = {401, *e.errors}
         if e.method not in ("GET", "HEAD"):

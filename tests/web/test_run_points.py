@@ -6,6 +6,7 @@ limit, a closed, unknown or other team's run, a read-only token, a session) refu
 with a clear 4xx and nothing written."""
 import json
 import math
+import re
 
 import pytest
 from django.test import Client
@@ -195,6 +196,21 @@ def test_the_endpoint_is_in_the_openapi_document():
     assert "held per key" in operation["summary"]
     schema = json.dumps(document)
     assert "PointsIn" in schema and "SeriesIn" in schema
+    # Every {name} in a path is a declared path parameter (OpenAPI requires it): Django's
+    # str converter takes one or more characters, never a "/".
+    (run_id,) = [p for p in operation["parameters"] if p["in"] == "path"]
+    assert run_id["name"] == "run_id" and run_id["required"] is True
+    assert run_id["schema"]["type"] == "string" and run_id["schema"]["minLength"] == 1
+    assert re.fullmatch(run_id["schema"]["pattern"], "0a1b2c") and not re.search(run_id["schema"]["pattern"], "a/b")
+
+
+def test_every_path_template_names_only_declared_parameters():
+    document = Client().get("/api/openapi.json").json()
+    for path, operations in document["paths"].items():
+        named = set(re.findall(r"{(\w+)}", path))
+        for method, operation in operations.items():
+            declared = {p["name"] for p in operation.get("parameters", []) if p["in"] == "path"}
+            assert declared == named, f"{method.upper()} {path}: declares {sorted(declared)}"
 
 
 def test_a_linked_runs_k3_becomes_its_multiple_and_is_watched_as_through_mlflow(member):
