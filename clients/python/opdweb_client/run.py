@@ -10,7 +10,7 @@ neither MLflow nor W&B::
 The run is an ``external`` job of the token's team, made and fed through the product's
 MLflow-compatible endpoints (``runs/create``, ``runs/update``; see docs/tracking.md), its
 points through ``POST /api/runs/<run_id>/points``, held per key.  :meth:`Run.log` only
-queues: a background thread sends the points in batches of up to ``batch_size`` (10,000;
+queues: a background thread sends the points in batches of up to ``batch_size`` (50,000;
 the server takes 100,000), every ``flush_interval`` seconds or as soon as a batch is full.  A
 batch stays queued until the server has answered it; a dropped connection, a timeout, a
 429 or a 5xx is retried with exponential backoff, so no point is lost, and none is written
@@ -35,7 +35,7 @@ MLFLOW = "/mlflow/api/2.0/mlflow/"
 #: The server's limits (docs/tracking.md): points per request, params per batch, a
 #: metric key's length, the largest step a trace holds.
 MAX_BATCH = 100_000
-DEFAULT_BATCH = 10_000
+DEFAULT_BATCH = 50_000
 MAX_PARAMS_PER_BATCH = 100
 MAX_KEY_LENGTH = 200
 MAX_STEP = 2**53 - 1
