@@ -224,7 +224,8 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
             self.unacked_points += len(chunk)
             await self.send_json({"type": "points", "seq": self.seq, "points": chunk})
 
-    # Group messages (type "trace.points" -> trace_points, "job.state" -> job_state, "job.log" -> job_log).
+    # Group messages (type "trace.points" -> trace_points, "job.state" -> job_state, "job.log" -> job_log,
+    # "run.alert" -> run_alert).
     async def trace_points(self, event):
         """Forward one live message: per key, only the steps after the last one sent.
         Before ``resume`` nothing is sent or held (the replay reads the database); while
@@ -254,6 +255,12 @@ class JobLiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def job_state(self, event):
         await self.send_json({"type": "state", "job": event["job"]})
+
+    async def run_alert(self, event):
+        """An alert raised on the run as its points arrived; the page adds it to its list
+        (a client still replaying gets it with the page's next load, from the database)."""
+        if self.resumed:
+            await self.send_json({"type": "alert", "alert": event["alert"]})
 
     async def job_log(self, event):
         """Forward the log entries the worker just wrote, to a client that asked for the log

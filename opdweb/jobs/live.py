@@ -78,3 +78,8 @@ def log_line(entry) -> list:
 def publish_log(job_id: int, entries) -> None:
     """Send log entries just written (they carry their ids) to the job's group."""
     publish(job_id, [{"type": "job.log", "entries": [log_line(e) for e in entries]}])
+
+
+def publish_alert(job_id: int, alert: dict) -> None:
+    """An alert just raised on a watched run (:mod:`opdweb.runs.watch`), to its open pages."""
+    publish(job_id, [{"type": "run.alert", "alert": alert}])

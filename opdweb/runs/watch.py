@@ -31,6 +31,7 @@ from django.utils import timezone
 from opdweb.approvals.models import ApprovalRequest
 from opdweb.approvals.webhooks import queue_event
 from opdweb.budgets.models import MismatchBudget
+from opdweb.jobs import live
 from opdweb.jobs.models import Job, JobState
 from opdweb.refusals import Refused
 from opdweb.runs.metric_map import ESS_KEYS
@@ -181,6 +182,9 @@ def _raise(job: Job, link: RunLink | None, state: RunWatchState, kind: str, step
         "alert": alert.pk, "rule": kind, "job": job.pk, "run": job.name, "step": step, "value": _json_number(value),
         "threshold": threshold, "message": alert.message, "approval": approval_id,
         "url": f"/jobs/{job.pk}/"})
+    shown = {"id": alert.pk, "kind": kind, "kind_label": AlertKind(kind).label, "step": step,
+             "message": alert.message, "created_at": alert.created_at.isoformat()}
+    transaction.on_commit(lambda: live.publish_alert(job.pk, shown))
     return alert
 
 

@@ -106,6 +106,40 @@
     if (atBottom) logBox.scrollTop = logBox.scrollHeight;
   }
 
+  // An alert raised on a watched run while its page is open: a row at the top of its list,
+  // with the same Acknowledge form the page draws (text set as text, never as markup).
+  function showAlert(alert) {
+    const table = document.getElementById("run-alert-table");
+    if (!table || table.querySelector(`tr[data-alert-id="${Number(alert.id)}"]`)) return;
+    const row = document.createElement("tr");
+    row.dataset.alertId = alert.id;
+    row.dataset.alertKind = alert.kind;
+    row.dataset.alertStep = alert.step === null ? "" : alert.step;
+    const cell = (text) => { const td = document.createElement("td"); td.textContent = text; row.append(td); return td; };
+    const rule = cell("");
+    const badge = document.createElement("span");
+    badge.className = "state failed";
+    badge.textContent = alert.kind_label;
+    rule.append(badge);
+    cell(alert.step === null ? "" : String(alert.step));
+    cell(alert.message);
+    cell(alert.created_at.slice(0, 19).replace("T", " "));
+    const token = document.querySelector("input[name=csrfmiddlewaretoken]");
+    const form = document.createElement("form");
+    form.method = "post";
+    form.action = `/runs/${jobId}/alerts/${Number(alert.id)}/acknowledge/`;
+    if (token) { const t = token.cloneNode(); t.value = token.value; form.append(t); }
+    const button = document.createElement("button");
+    button.type = "submit";
+    button.textContent = "Acknowledge";
+    form.append(button);
+    cell("").append(form);
+    table.tBodies[0].prepend(row);
+    table.hidden = false;
+    const none = document.getElementById("run-no-alert");
+    if (none) none.hidden = true;
+  }
+
   function connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     socket = new WebSocket(`${scheme}://${location.host}/ws/jobs/${jobId}/`);
@@ -123,6 +157,7 @@
       }
       else if (msg.type === "log") appendLog(msg.entries);
       else if (msg.type === "state") setState(msg.job);
+      else if (msg.type === "alert") showAlert(msg.alert);
       else if (msg.type === "replayed") root.dataset.replayed = "1";
       else if (msg.type === "error") status.textContent = msg.message;
     };
