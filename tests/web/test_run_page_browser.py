@@ -40,10 +40,11 @@ def test_the_multiples_chart_draws_the_budget_line_and_marks_the_first_breach(br
     assert (breach["x0"], breach["x1"], breach["yref"], breach["dash"]) == (CROSSING_STEP, CROSSING_STEP, "paper",
                                                                             "dot")
     assert any(text.startswith(f"budget {BUDGET:g}x BF16") for text in layout["annotations"])
-    points = dict(zip(layout["x"], layout["y"]))  # the trainer's k3 over the unit's: 20.5 + step
+    points = dict(zip(layout["x"], layout["y"], strict=True))  # the trainer's k3 over the unit's: 20.5 + step
     assert points[CROSSING_STEP - 1] == pytest.approx(BUDGET - 0.5)
     assert points[CROSSING_STEP] == pytest.approx(BUDGET + 0.5)
-    expect(page.locator(f'#run-alerts tr[data-alert-kind="budget"][data-alert-step="{CROSSING_STEP}"]')).to_have_count(1)
+    alert_row = f'#run-alerts tr[data-alert-kind="budget"][data-alert-step="{CROSSING_STEP}"]'
+    expect(page.locator(alert_row)).to_have_count(1)
 
 
 def test_an_alert_raised_while_the_page_is_open_appears_on_it_and_can_be_acknowledged(start_asgi_server, tmp_path,
