@@ -118,8 +118,9 @@ def bench_model(name: str, model: str, args) -> dict:
             top = ", ".join(f"{r['unit'].removeprefix('model.')} {fmt(r['multiple'])}x" for r in ranking[:5])
             if recipe.get("reached"):
                 kept = recipe.get("keep_bf16") or []
+                capacity = (recipe.get("kv_cache") or {}).get("capacity_ratio")
                 chosen = (f"keep {', '.join(kept) or 'nothing'} in BF16: {fmt(recipe['multiple'])}x "
-                          f"{ci(recipe['multiple_ci'])}, KV {fmt((recipe.get('kv_cache') or {}).get('capacity_ratio'))}x")
+                          f"{ci(recipe['multiple_ci'])}, KV capacity {fmt(capacity)}x")
             else:
                 chosen = recipe.get("note") or "no recipe under the target"
             print(f"\n{granularity} scan of {SCANNED} ({len(ranking)} units, {entry['measurements']} measurements, "
