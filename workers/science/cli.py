@@ -1,6 +1,6 @@
 """``python -m workers <subcommand>``: the science from a shell.
 
-Subcommands: ``build-toy-models``, ``import-gguf`` and one per registered job kind (``mismatch``,
+Subcommands: ``build-toy-models``, ``import-gguf``, ``derive-student`` and one per registered job kind (``mismatch``,
 ``sensitivity``, ``drift``, ``selftest``, ...), its options read from the kind's config
 schema.  ``--json`` prints exactly one JSON object on stdout, otherwise a readable table;
 anything else written while the job runs (vLLM's log included) goes to stderr.
@@ -66,9 +66,29 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--max-new-tokens", type=int, help="the response length those jobs sample (256 for smollm2)")
     g.add_argument("--json", action="store_true")
 
+    d = sub.add_parser("derive-student", help="a student made from a teacher by keeping some of its layers")
+    d.add_argument("--teacher", required=True, help="the teacher's checkpoint folder")
+    d.add_argument("--out", required=True, help="the student's checkpoint folder to write (under the model roots)")
+    d.add_argument("--keep", default="every:2",
+                   help="layers kept: every:K (0, K, 2K, ... and the last; default every:2) or indices 0,2,5")
+    d.add_argument("--force", action="store_true", help="replace an existing folder")
+    d.add_argument("--json", action="store_true")
+
     for kind in KINDS.values():
         _add_kind(sub, kind)
     return p
+
+
+def _derive_student(args) -> int:
+    from .derive_student import derive_student
+
+    record = derive_student(args.teacher, args.out, keep=args.keep, force=args.force)
+    if args.json:
+        print(json.dumps(record))
+    else:
+        print(f"{args.out}: {len(record['kept_layers'])} of the teacher's {record['teacher_layers']} layers "
+              f"({', '.join(map(str, record['kept_layers']))}); checkpoint hash {record['checkpoint_hash'][:12]}")
+    return 0
 
 
 def _import_gguf(args) -> int:
@@ -234,6 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _build(args)
         if args.command == "import-gguf":
             return _import_gguf(args)
+        if args.command == "derive-student":
+            return _derive_student(args)
         kind = next(k for k in KINDS.values() if k.command == args.command)
         cfg = _job_config(kind, args)
         options = {o.dest: getattr(args, o.dest) for o in kind.cli_options if getattr(args, o.dest) is not None}
