@@ -35,9 +35,9 @@ class TrainingConfig(_Strict):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig,
                                    description="The rollout engine the student samples from; its weights follow the "
                                                "trainer's after every update.")
-    task: str = Field("auto", max_length=100, description="'auto' (the task the model dir names, else arithmetic:3) "
-                                                          "or 'arithmetic:LEVEL'; training prompts come from the "
-                                                          "train split, eval prompts from the held-out split.")
+    task: str = Field("auto", max_length=100, description="'auto' (the task the model dir names, else arithmetic:3), "
+                                                          "'arithmetic:LEVEL' or 'gsm8k'; training prompts come from "
+                                                          "the train split, eval prompts from the held-out split.")
     steps: int = Field(50, ge=1, le=1_000_000, description="Optimizer steps (the total, also when resuming).")
     batch_size: int = Field(64, ge=1, le=65_536, description="Sampled sequences per step.")
     lr: float = Field(3e-4, gt=0.0, le=1.0, description="AdamW peak learning rate (every OPD loss learned at 3e-4 "

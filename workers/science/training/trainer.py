@@ -48,12 +48,13 @@ from ..engines.hf import (
     resolve_targets,
 )
 from ..engines.hf.sampling import left_pad, positions
-from ..prompts import ARITHMETIC_LEVELS, TASK_FILE, Problem, arithmetic_prompt_set, model_task
+from ..prompts import TASK_FILE, Problem, encode_prompts, model_task
 from ..reporting import Cancelled, NullReporter, Reporter
 from . import losses
 from .config import TrainingConfig
 from .recheck import AdmissionRecheck
 from .results import TrainingResult
+from .tasks import TrainingTask, training_task
 from .vllm_rollout import SyncedVLLM
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -63,7 +64,6 @@ log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.pt"
 STATE_JSON = "trainer_state.json"
 #: Held-out problems are drawn with this seed whatever the run's seed, so seeds compare on one set.
-EVAL_SEED = 1234
 #: Fields that may change when a run is resumed; any other difference is refused.
 RESUMABLE_CHANGES = {"steps", "out", "resume", "resume_from", "device", "threads", "eval_every", "eval_prompts",
                      "checkpoint_every"}
@@ -110,7 +110,7 @@ class OnPolicyTrainer:
         if config.rollout.engine == "vllm":
             _check_vllm(config)
         self.device = resolve_device(config.device)
-        self.level, task_tokens = self._resolve_task()
+        self.task, task_tokens = self._resolve_task()
         self.resume_path = self._resolve_resume()
         self.tokenizer = load_tokenizer(config.model)
         self.model = load_model(str(self.resume_path or config.model), self.device, torch.float32)
@@ -119,7 +119,7 @@ class OnPolicyTrainer:
         self.sampling: SamplingConfig = config.rollout.sampling.model_copy(update={"max_new_tokens": max_new})
         check_weight_blocks(resolve_targets(self.model, config.rollout), config.rollout)
         self.setup()
-        self.eval_set = arithmetic_prompt_set(config.eval_prompts, level=self.level, seed=EVAL_SEED, split="test")
+        self.eval_set = self.task.eval_set(config.eval_prompts)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=config.weight_decay)
         warm = config.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -151,19 +151,11 @@ class OnPolicyTrainer:
         """Add the method's signal to the batch (teacher logprobs, rewards): timed as 'teacher'."""
 
     # -- checks before anything runs ---------------------------------------------------------
-    def _resolve_task(self) -> tuple[int, int | None]:
+    def _resolve_task(self) -> tuple[TrainingTask, int | None]:
         task, toy = self.config.task, model_task(self.config.model)
         if task == "auto":
             task = toy["task"] if toy else "arithmetic:3"
-        if not task.startswith("arithmetic:"):
-            raise ConfigError(f"task {task!r}: training needs a task with a held-out split; use arithmetic:LEVEL")
-        try:
-            level = int(task.split(":", 1)[1])
-        except ValueError:
-            raise ConfigError(f"task {task!r}: the level must be a number") from None
-        if level not in ARITHMETIC_LEVELS:
-            raise ConfigError(f"task {task!r}: unknown arithmetic level; known: {sorted(ARITHMETIC_LEVELS)}")
-        return level, (toy or {}).get("max_new_tokens")
+        return training_task(task), (toy or {}).get("max_new_tokens")
 
     def _resolve_resume(self) -> Path | None:
         rf, out = self.config.resume_from, self.config.out
@@ -274,12 +266,12 @@ class OnPolicyTrainer:
         """The step's training problems (train split, seeded by (seed, step)); each repeated
         ``group_size`` times in a row."""
         n = self.config.batch_size // self.group_size
-        ps = arithmetic_prompt_set(n, level=self.level, seed=(self.config.seed * 1_000_003 + step) % SEED_MODULUS,
-                                   split="train")
+        ps = self.task.train_set(n, seed=(self.config.seed * 1_000_003 + step) % SEED_MODULUS)
         return [p for p in ps.problems for _ in range(self.group_size)]
 
     def encode(self, problems: Sequence[Problem]) -> list[list[int]]:
-        return [self.tokenizer(p.prompt, add_special_tokens=True).input_ids for p in problems]
+        """Prompt token ids: a chat task's questions as a user turn in the model's template."""
+        return encode_prompts(self.tokenizer, [p.prompt for p in problems], chat=self.task.chat)
 
     def rollout_config(self, step: int) -> RolloutConfig:
         """The rollout config of ``step``: a fresh noise seed per step (the engine re-noised
@@ -425,7 +417,7 @@ class OnPolicyTrainer:
     def _report(self, checkpoint: str | None) -> TrainingResult:
         start = self.evals[0][1] if self.evals and self.evals[0][0] == 0 else None
         return TrainingResult.model_validate({
-            "method": self.method, "model": self.config.model, "task": f"arithmetic:{self.level}",
+            "method": self.method, "model": self.config.model, "task": self.task.name,
             "steps": self.step, "start_accuracy": start, "final_accuracy": self.evals[-1][1] if self.evals else None,
             "evals": [{"step": s, "accuracy": a} for s, a in self.evals], "checkpoint": checkpoint,
             "k3_reference": self.k3_reference, "time": {k: v for k, v in self.totals.items() if k != "tokens"},
