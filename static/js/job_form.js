@@ -1,5 +1,6 @@
 // The job form: choosing a kind shows that kind's fields (the others are disabled, so they
-// are not sent) and swaps that kind's example into the JSON box, unless the box was edited.
+// are not sent) and swaps that kind's example into the JSON box, unless the box was edited;
+// what is typed into the fields is copied into the box as it is typed, unless it was edited.
 (function () {
   const examples = JSON.parse(document.getElementById("config-examples").textContent);
   const kind = document.querySelector("select[name=kind]");
@@ -63,6 +64,54 @@
       if (!edited) shown = config.value;
     });
   }
+  // The fields, as they are typed, are copied into the JSON box while it still holds what the
+  // page put there (never over a hand edit), read as the server reads them
+  // (opdweb/jobs/config_form.py, config_from_inputs): an empty input is left to its default,
+  // a checkbox is true or false, a JSON box is parsed, whole numbers and numbers are numbers
+  // where they read as one; anything else is sent as typed, for the server to refuse.
+  const WHOLE = /^[+-]?\d{1,19}$/, NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d{1,3})?$/;
+  function typed(widget, raw) {
+    if ((widget === "integer" || widget === "budget") && WHOLE.test(raw)) return Number(raw);
+    if (widget === "number" && NUMBER.test(raw)) return Number(raw);
+    return raw;
+  }
+  function setAt(target, dotted, value) {
+    const parts = dotted.split(".");
+    let node = target;
+    for (const part of parts.slice(0, -1)) {
+      if (typeof node[part] !== "object" || node[part] === null) node[part] = {};
+      node = node[part];
+    }
+    node[parts[parts.length - 1]] = value;
+  }
+  function configFromFields() {
+    const set = document.querySelector(`fieldset.kind-fields[data-kind="${kind.value}"]`);
+    if (!set) return null;
+    const built = {};
+    for (const field of set.querySelectorAll("div.field")) {
+      const input = field.querySelector("input, select, textarea");
+      const widget = field.dataset.widget;
+      if (widget === "checkbox") { setAt(built, input.name, input.checked); continue; }
+      const raw = input.value.trim();
+      if (raw === "") continue;
+      if (widget === "json") {
+        try { setAt(built, input.name, JSON.parse(raw)); } catch (e) { return null; }  // shown at submit
+        continue;
+      }
+      setAt(built, input.name, typed(widget, raw));
+    }
+    return built;
+  }
+  function copyFieldsToJson() {
+    if (config.value !== shown) return;  // edited by hand: the box is the person's now
+    const built = configFromFields();
+    if (built !== null) config.value = shown = JSON.stringify(built, null, 2);
+  }
+  for (const set of document.querySelectorAll("fieldset.kind-fields")) {
+    set.addEventListener("input", copyFieldsToJson);
+    set.addEventListener("change", copyFieldsToJson);
+  }
+
   team.addEventListener("change", () => { fillPickers(); fillFieldPickers(); });
   fillPickers();
   showTeacher();

@@ -2,6 +2,7 @@
 the loop from a new config to a downloaded export without typing JSON, the form keeping
 what was typed after a refusal (with "did you mean" in the JSON view), and the charts'
 panels in the same order on every load."""
+import json
 import re
 from pathlib import Path
 
@@ -95,6 +96,30 @@ def test_the_job_form_keeps_what_was_typed_and_offers_did_you_mean(member, asgi_
     expect(page.locator("#form-error")).to_contain_text("stpes: unknown field; did you mean 'steps'?")
     expect(page.locator("textarea[name=config]")).to_have_value('{"stpes": 5}')
     assert Job.objects.count() == 0
+
+
+def test_what_is_typed_in_the_fields_is_copied_into_the_json_box_until_the_box_is_edited(member, asgi_server, page):
+    user, _ = member
+    base = f"http://{asgi_server}"
+    log_in(page, base, user)
+    page.goto(f"{base}/jobs/new/")
+    page.fill("#f-selftest-steps", "77")
+    page.fill("#f-selftest-sleep_s", "0.25")
+    page.click("#advanced summary")
+    box = page.locator("textarea[name=config]")
+    copied = json.loads(box.input_value())
+    assert (copied["steps"], copied["sleep_s"]) == (77, 0.25)  # numbers, as the server reads them
+    page.fill("#f-selftest-steps", "not a number")  # sent as typed, for the server to refuse
+    assert json.loads(box.input_value())["steps"] == "not a number"
+    page.fill("#f-selftest-steps", "")  # empty: left to the default
+    assert "steps" not in json.loads(box.input_value())
+
+    box.fill('{"steps": 5}')  # a hand edit is the person's: fields no longer write over it
+    page.fill("#f-selftest-steps", "9")
+    expect(box).to_have_value('{"steps": 5}')
+    page.click("#submit-json")
+    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
+    assert Job.objects.get().config["steps"] == 5
 
 
 def test_the_charts_are_grouped_in_panels_in_the_same_order_on_every_load(member, asgi_server, page):
