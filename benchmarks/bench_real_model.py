@@ -79,7 +79,7 @@ def bench_model(name: str, model: str, args) -> dict:
     print(f"\n### {name}: `{model}`, {args.prompts} prompts x {args.max_new_tokens} tokens\n", flush=True)
     print("| measurement | multiple of the hf BF16 unit | 95 % CI | tokens | KV bytes/token vs BF16 | wall |")
     print("|---|---|---|---|---|---|")
-    for row, config in LADDER:
+    for row, config in ([] if args.skip_ladder else LADDER):
         result, wall, error = run(["mismatch"], config, [*common, "--target-ci", "0"])
         entry = {"row": row, "config": config, "wall_s": round(wall, 1), "error": error}
         if result is not None:
@@ -117,7 +117,7 @@ def bench_model(name: str, model: str, args) -> dict:
                          measurements=result["timing"].get("measurements"))
             top = ", ".join(f"{r['unit'].removeprefix('model.')} {fmt(r['multiple'])}x" for r in ranking[:5])
             if recipe.get("reached"):
-                kept = recipe.get("keep_bf16") or []
+                kept = [str(k) for k in recipe.get("keep_bf16") or []]  # layer indices, or module names
                 capacity = (recipe.get("kv_cache") or {}).get("capacity_ratio")
                 chosen = (f"keep {', '.join(kept) or 'nothing'} in BF16: {fmt(recipe['multiple'])}x "
                           f"{ci(recipe['multiple_ci'])}, KV capacity {fmt(capacity)}x")
@@ -156,6 +156,7 @@ def main() -> int:
     parser.add_argument("--cache-dir", default="var/bench-real-model/cache")
     parser.add_argument("--skip-scans", default="", help="comma-separated: layer, module")
     parser.add_argument("--skip-unit-factor", action="store_true")
+    parser.add_argument("--skip-ladder", action="store_true", help="the scans and the drift only")
     parser.add_argument("--out", default="var/bench-real-model/result.json")
     args = parser.parse_args()
     models = args.model or ["toy=var/toy/test/student", "smollm2=var/models/smollm2-135m-instruct"]
