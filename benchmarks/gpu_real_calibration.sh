@@ -23,14 +23,22 @@ TOKENS=${TOKENS:-256}          # response tokens (GSM8K's worked answers run to 
 EVAL=${EVAL:-500}              # held-out GSM8K test problems per evaluation
 SEEDS=${SEEDS:-3}              # seeds per level (more, up to 6, where a level is inconclusive)
 LEVELS=${LEVELS:-10,100,1000}  # injected multiples of the BF16 unit; bisected to x1.5 between
-TEACHER=$MODELS/smollm2-135m-instruct
+SMOLLM2=$MODELS/smollm2-135m-instruct
 STUDENT=$MODELS/smollm2-135m-every2
+# SmolLM2-135M-Instruct solves 2.5 % of GSM8K (1 of 40 test problems, greedy, 256 tokens,
+# measured here): too little to teach, so with it as the teacher the calibration most likely
+# ends `uninformative` after its BF16 baseline (it trains no level then). A larger SmolLM2
+# (360M or 1.7B Instruct, the same tokenizer) as GGUF makes the pair one that learns:
+#   TEACHER_GGUF=/path/SmolLM2-1.7B-Instruct-Q8_0.gguf benchmarks/gpu_real_calibration.sh
+if [ -n "${TEACHER_GGUF:-}" ]; then TEACHER=$MODELS/teacher-$(basename "$TEACHER_GGUF" .gguf); else TEACHER=$SMOLLM2; fi
 mkdir -p "$OUT_DIR"
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() or '$DEVICE' == 'cpu' else 'no CUDA device visible')"
-[ -d "$TEACHER" ] || "$PY" -m workers import-gguf --packaged smollm2 --out "$TEACHER"
-[ -d "$STUDENT" ] || "$PY" -m workers derive-student --teacher "$TEACHER" --out "$STUDENT" --keep every:2
+[ -d "$SMOLLM2" ] || "$PY" -m workers import-gguf --packaged smollm2 --out "$SMOLLM2"
+[ -d "$TEACHER" ] || "$PY" -m workers import-gguf --gguf "$TEACHER_GGUF" --out "$TEACHER" --task gsm8k \
+    --max-new-tokens "$TOKENS"
+[ -d "$STUDENT" ] || "$PY" -m workers derive-student --teacher "$SMOLLM2" --out "$STUDENT" --keep every:2
 
 # Two steps, timed (the first includes loading): what one step of the calibration costs here.
 printf 'dtype: bf16\n' > "$OUT_DIR/bf16.yaml"  # the BF16 rollout engine, the baseline's
