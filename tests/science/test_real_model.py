@@ -109,6 +109,30 @@ def test_vllm_cpu_loads_the_imported_folder_and_agrees_on_the_next_token(smollm2
     assert result.outputs[0].token_ids[0] == int(logits.argmax())
 
 
+def test_a_student_derived_from_the_real_model_trains_on_gsm8k_with_it_as_the_teacher(smollm2, tmp_path):
+    """The real OPD pair (benchmarks/gpu_real_calibration.sh): a student of 16 of its 30
+    layers, one OPD step on GSM8K in the chat template, weights moved by the step."""
+    import torch
+    from safetensors.torch import load_file
+
+    from workers.science.derive_student import derive_student
+    from workers.science.training.config import OPDConfig
+    from workers.science.training.job import run_training
+
+    teacher, _ = smollm2
+    student = tmp_path / "student"
+    record = derive_student(teacher, student, keep="every:2")
+    assert len(record["kept_layers"]) == 16 and record["kept_layers"][-1] == 29
+    out = tmp_path / "run"
+    cfg = OPDConfig(model=str(student), teacher=str(teacher), task="gsm8k", steps=1, batch_size=2,
+                    max_new_tokens=8, eval_every=0, eval_prompts=1, checkpoint_every=1, out=str(out), device="cpu")
+    report = run_training(cfg).model_dump(mode="json")
+    assert report["task"] == "gsm8k" and report["steps"] == 1 and report["tokens"] > 0
+    before, after = load_file(student / "model.safetensors"), load_file(out / "checkpoint-000001" / "model.safetensors")
+    assert set(after) == set(before)
+    assert [k for k in before if not torch.equal(before[k].float(), after[k].float())]  # the step moved weights
+
+
 def test_what_cannot_be_imported_is_a_clear_error_and_exit_2(gguf, tmp_path):
     import gguf as gguf_lib
 
