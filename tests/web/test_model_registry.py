@@ -14,7 +14,7 @@ from django.test import Client
 
 from opdweb.jobs.models import Job
 from opdweb.registry.models import RegisteredModel
-from opdweb.teams.models import Role
+from opdweb.teams.models import Role, Team
 from tests.web.approval_world import make_budget, make_loadable_checkpoint
 from tests.web.factories import MembershipFactory
 from workers.science.fingerprint import checkpoint_digest
@@ -230,6 +230,22 @@ def test_make_runs_real_model_import_is_skipped_once_done_and_not_fatal_when_it_
     (tmp_path / "models" / "smollm2-135m-instruct").mkdir(parents=True)
     assert start_real_model_import(tmp_path, env) is None  # already there: nothing runs
     assert "importing" not in capsys.readouterr().out
+
+
+def test_an_imported_model_that_cannot_be_registered_leaves_the_product_serving(service_env, tmp_path, capsys):
+    """No demo team (``--no-demo``-made database, or one renamed): the registration fails,
+    the launcher says so and goes on, raising nothing into its supervising loop."""
+    import subprocess
+    import sys
+
+    from opdweb.launcher import finish_real_model_import
+
+    assert not Team.objects.filter(slug="demo").exists()
+    imported = subprocess.Popen([sys.executable, "-c", "pass"])  # an import that succeeded
+    imported.wait()
+    finish_real_model_import(imported, tmp_path, service_env)
+    assert "the real model was imported but not registered (exit 1)" in capsys.readouterr().err
+    assert not RegisteredModel.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
