@@ -1,14 +1,19 @@
-"""Files that appear whole or not at all, however many processes write them at once.
+"""Files and folders that appear whole or not at all, however many processes write them at once.
 
 Each writer writes its own temporary file beside the target (a unique name, so two writers
 never truncate or rename each other's) and renames it over the target; the last rename wins
-and a reader never sees half a file."""
+and a reader never sees half a file.  A folder (a checkpoint) is written the same way, beside
+its target, and renamed into place."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def write_atomically(path: Path, write: Callable[[Path], object], suffix: str = "") -> None:
@@ -28,4 +33,24 @@ def write_atomically(path: Path, write: Callable[[Path], object], suffix: str = 
         raise
 
 
-__all__ = ["write_atomically"]
+def write_folder_atomically(target: Path, write: Callable[[Path], T]) -> T:
+    """Call ``write(work)`` on a fresh folder beside ``target``, then put it in ``target``'s
+    place (an existing ``target`` replaced), readable by other users (a worker's: mkdtemp's
+    0700 would hide it); returns what ``write`` returned.  A failed write leaves nothing."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        result = write(work)
+        work.chmod(0o755)
+        for path in work.iterdir():
+            path.chmod(0o644)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(work, target)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return result
+
+
+__all__ = ["write_atomically", "write_folder_atomically"]

@@ -11,12 +11,11 @@ hash and the layers kept.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
+from .atomic_files import write_folder_atomically
 from .config import ConfigError
 from .fingerprint import checkpoint_digest
 
@@ -81,9 +80,8 @@ def derive_student(teacher: str | Path, out: str | Path, keep: str = "every:2", 
     for key in PER_LAYER_KEYS:
         if isinstance(config.get(key), list) and len(config[key]) == n_layers:
             config[key] = [config[key][i] for i in layers]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+
+    def write(work: Path) -> dict:
         for path in source.iterdir():  # the tokenizer, chat template, generation config, task
             if path.is_file() and path.name not in (WEIGHT_FILE, "config.json", DERIVED_RECORD) \
                     and not path.name.endswith(".safetensors"):
@@ -93,15 +91,9 @@ def derive_student(teacher: str | Path, out: str | Path, keep: str = "every:2", 
         record = {"teacher": str(source), "teacher_hash": checkpoint_digest(source), "teacher_layers": n_layers,
                   "kept_layers": layers, "keep": keep}
         (work / DERIVED_RECORD).write_text(json.dumps(record, indent=2) + "\n")
-        work.chmod(0o755)
-        for path in work.iterdir():
-            path.chmod(0o644)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(work, target)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+        return record
+
+    record = write_folder_atomically(target, write)
     record["checkpoint_hash"] = checkpoint_digest(target)
     return record
 

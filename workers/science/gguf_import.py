@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import struct
-import tempfile
 from pathlib import Path
 
+from .atomic_files import write_folder_atomically
 from .config import ConfigError
 from .fingerprint import checkpoint_digest
 from .prompts import TASK_FILE
@@ -105,9 +103,8 @@ def import_gguf(gguf_path: str | Path, out: str | Path, *, name: str | None = No
                           f"unexpected {unexpected[:3]})")
     plain.tie_weights()
     plain.eval()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+
+    def write(work: Path) -> dict:
         plain.save_pretrained(str(work), safe_serialization=True)
         tokenizer.save_pretrained(str(work))
         saved = AutoModelForCausalLM.from_pretrained(str(work), dtype=torch.float32).eval()
@@ -128,15 +125,9 @@ def import_gguf(gguf_path: str | Path, out: str | Path, *, name: str | None = No
         (work / IMPORT_RECORD).write_text(json.dumps(record, indent=2) + "\n")
         if task:
             (work / TASK_FILE).write_text(json.dumps(task) + "\n")
-        work.chmod(0o755)  # mkdtemp's 0700 would hide the checkpoint from other users (a worker's)
-        for path in work.iterdir():
-            path.chmod(0o644)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(work, target)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+        return record
+
+    record = write_folder_atomically(target, write)
     record["checkpoint_hash"] = checkpoint_digest(target)
     return record
 
