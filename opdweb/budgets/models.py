@@ -39,6 +39,10 @@ class MismatchBudget(models.Model):
     # The unit pair's trainer half; null: calibrated before the pair was named (an fp32 trainer).
     unit_trainer = models.CharField(max_length=10, null=True, blank=True)
     reference_value = models.FloatField(null=True)
+    # The ladder's mismatch (redrawn-noise | persistent-noise); null: calibrated before sources were named (redrawn).
+    source = models.CharField(max_length=20, null=True, blank=True)
+    shown_to_transfer = models.JSONField(default=list)  # deployed sources whose accuracy agreed at a matched multiple
+    transfer = models.JSONField(default=list)  # the transfer check's rows (TransferRow)
     step = models.PositiveIntegerField(default=0)
     tolerance = models.FloatField()
     curve = models.JSONField()  # per level: multiple with CI, setting, per-seed accuracies, mean, sd, drop, within

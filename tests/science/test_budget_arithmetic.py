@@ -7,6 +7,7 @@ import random
 import pytest
 
 from workers.science.budget.arithmetic import (
+    judge_agreement,
     Level,
     bisect_target,
     decide,
@@ -235,3 +236,23 @@ def test_noise_solver_interpolates_once_the_target_is_bracketed():
     assert next_sigma([Trial(0.01, 10.0, None), Trial(0.04, 160.0, None)], 40.0) == pytest.approx(0.02)
     # multiples that fall with sigma (noise): the geometric mean of the bracketing sigmas
     assert next_sigma([Trial(0.01, 50.0, None), Trial(0.04, 5.0, None)], 20.0) == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("low, high, verdict", [
+    (-1.0, 1.0, "agrees"),           # inside [-1.4, 1.4]
+    (-1.4, 1.4, "agrees"),           # touching the ends is inside
+    (-0.5, 2.0, "inconclusive"),     # straddles +1.4
+    (-3.0, 0.0, "inconclusive"),     # straddles -1.4
+    (1.5, 6.0, "differs"),           # wholly above
+    (-6.0, -1.5, "differs"),         # wholly below
+    (None, None, "inconclusive"),    # a single seed each side: unbounded
+])
+def test_transfer_agreement_on_hand_intervals(low, high, verdict):
+    assert judge_agreement(low, high, 1.4) == verdict
+
+
+def test_a_noisier_difference_never_turns_into_agreement():
+    # The same mean difference (0.5 points), intervals widening with the seed spread: once it
+    # leaves [-1.4, 1.4] it is inconclusive, never agrees again.
+    verdicts = [judge_agreement(0.5 - h, 0.5 + h, 1.4) for h in (0.2, 0.8, 0.9, 1.5, 3.0, 10.0)]
+    assert verdicts == ["agrees", "agrees", "agrees", "inconclusive", "inconclusive", "inconclusive"]

@@ -123,3 +123,20 @@ def test_the_calibration_example_offered_on_the_form_learns(student, teacher):
                                                                               checkpoint_every=0))
     trained = get_kind(Kind.TRAIN).run(baseline)
     assert trained.final_accuracy - trained.start_accuracy > 0.2, (trained.start_accuracy, trained.final_accuracy)
+
+
+@pytest.mark.parametrize("shown, warned", [([], True), (["quantization"], False), (["quantization+staleness"], False),
+                                           (["staleness"], True)])
+def test_admission_names_the_budgets_source_and_warns_on_a_source_never_shown_to_transfer(student, tmp_path,
+                                                                                          budget_file, shown, warned):
+    from workers.science.budget.config import AdmissionJobConfig
+
+    spec = json.loads(open(budget_file(1e6, shown_to_transfer=shown)).read())
+    cfg = AdmissionJobConfig(model=student, rollout=RolloutConfig(weights="fp8_e4m3"), budget=spec, prompts=16,
+                             drift=False, reference_engine="hf", threads=1)
+    verdict = get_kind(Kind.ADMISSION).run(cfg)
+    assert verdict.calibrated_with == "weight noise re-drawn every step"  # a budget that names no source
+    warnings = verdict.transfer_warnings or []
+    assert bool(warnings) == warned
+    if warned:
+        assert warnings == [w for w in warnings if "quantization was never shown to transfer" in w]

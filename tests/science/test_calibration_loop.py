@@ -16,6 +16,7 @@ from workers.science.children import ChildJob
 from workers.science.config import ConfigError
 from workers.science.kinds import Kind
 from workers.science.reporting import RecordingReporter
+from workers.science.results import MismatchReport
 from workers.science.training.results import TrainingResult
 
 SIGMA_PER_MULTIPLE = 1e-3  # the planted world's noise: sigma = multiple / 1000
@@ -27,15 +28,24 @@ class PlantedWorld(RecordingReporter):
     checkpoint's accuracy."""
 
     def __init__(self, accuracy: Callable[[float], float], offset: Callable[[int], float] = lambda s: 0.0,
-                 start: float = 0.2) -> None:
+                 start: float = 0.2, persistent: Callable[[float], float] | None = None,
+                 sources: dict[str, tuple[float, float]] | None = None) -> None:
         super().__init__()
         self.accuracy, self.offset, self.start = accuracy, offset, start
+        self.persistent = persistent or accuracy  # the curve under noise drawn once per run
+        self.sources = sources or {}  # a deployed source's key -> (its multiple, its accuracy)
         self.asked: list[str] = []
 
     def run_children(self, children: list[ChildJob]):
         for child in children:
             self.asked.append(child.key)
-            yield child, (self._noise(child) if child.kind == Kind.NOISE_SOLVE else self._train(child))
+            if child.kind == Kind.NOISE_SOLVE:
+                yield child, self._noise(child)
+            elif child.kind == Kind.MISMATCH:
+                multiple = self.sources[source_key(child.config["rollout"], child.config["rollout"]["staleness"])][0]
+                yield child, MismatchReport.model_construct(multiple=multiple, multiple_ci=[multiple, multiple])
+            else:
+                yield child, self._train(child)
 
     def _noise(self, child: ChildJob) -> NoiseSolveResult:
         target = child.config["target_multiple"]
@@ -45,16 +55,29 @@ class PlantedWorld(RecordingReporter):
             unit={"engine": "hf", "dtype": "bfloat16"}, task="arithmetic:1", model=child.config["model"], prompts=64)
 
     def _train(self, child: ChildJob) -> TrainingResult:
-        sigma = child.config["rollout"]["noise_sigma"]
+        rollout = child.config["rollout"]
+        sigma = rollout["noise_sigma"]
         multiple = sigma / SIGMA_PER_MULTIPLE if sigma else 1.0
         seed_index = child.config["seed"]  # the calibration's seed is 0: seed i is the i-th
-        final = self.accuracy(multiple) + self.offset(seed_index)
+        assert not sigma or rollout["noise_seed"] == seed_index  # every seed draws its own noise
+        deployed = source_key(rollout, child.config["async_k"])
+        if deployed:
+            accuracy = self.sources[deployed][1]
+        else:
+            accuracy = (self.persistent if child.config["noise_draw"] == "persistent" else self.accuracy)(multiple)
+        final = accuracy + self.offset(seed_index)
         return TrainingResult(method="opd", model=child.config["model"], task="arithmetic:1", steps=2,
                               start_accuracy=self.start, final_accuracy=final, evals=[], checkpoint=None,
                               k3_reference=None, time={}, tokens=0, async_k=0, admission=None)
 
     def asked_for(self, prefix: str) -> list[str]:
         return [k for k in self.asked if k.startswith(prefix)]
+
+
+def source_key(rollout: dict, staleness: int) -> str:
+    """A deployed source as the planted world knows it: its weights format and staleness ('' for none)."""
+    parts = ([rollout["weights"]] if rollout["weights"] != "bf16" else []) + ([f"k{staleness}"] if staleness else [])
+    return "+".join(parts)
 
 
 def calibration(student, teacher, **over) -> CalibrationJobConfig:
@@ -149,3 +172,44 @@ def test_a_ladder_whose_lowest_level_fails_extends_below_it_but_never_to_1x(stud
     assert targets[:3] == [10.0, 100.0, 3.16] and min(targets) > 1.0
     low, high = r.bracket
     assert r.status == "reached" and low <= 5 < high and high / low <= 1.5 and r.extensions == 1
+
+
+# The transfer world: re-drawn noise costs 5 points only above 42x, noise drawn once per run already above 20x.
+# FP8 weights measure 30x and cost 5 points (like persistent noise, unlike re-drawn); one step of staleness
+# measures 5x and costs nothing (like both).  No seed spread, so each difference's interval is the difference.
+TRANSFER_WORLD = dict(accuracy=lambda m: 0.60 if m <= 42 else 0.55, persistent=lambda m: 0.60 if m <= 20 else 0.55,
+                      sources={"fp8_e4m3": (30.0, 0.55), "k1": (5.0, 0.60)})
+TRANSFER_SOURCES = [{"name": "fp8", "rollout": {"weights": "fp8_e4m3"}}, {"name": "stale1", "async_k": 1}]
+
+
+def test_the_transfer_check_compares_each_source_with_noise_of_its_multiple(student, teacher):
+    world = PlantedWorld(**TRANSFER_WORLD)
+    r = run_calibration(calibration(student, teacher, max_bisections=0, transfer=TRANSFER_SOURCES), world)
+    fp8, stale = r.transfer
+    assert (fp8.kind, fp8.multiple, stale.kind, stale.multiple) == ("quantization", 30.0, "staleness", 5.0)
+    # fp8 at 30x: re-drawn noise 60 % against its 55 % (+5 points: differs), persistent 55 % (0: agrees)
+    assert fp8.redrawn.difference_points == pytest.approx(5.0) and fp8.redrawn.agreement == "differs"
+    assert fp8.persistent.difference_points == pytest.approx(0.0) and fp8.persistent.agreement == "agrees"
+    assert stale.redrawn.agreement == stale.persistent.agreement == "agrees"
+    assert world.asked_for("measure-") == ["measure-fp8", "measure-stale1"]
+    assert "noise-30" in world.asked and "noise-5" in world.asked  # noise solved to each source's multiple
+    # The budget is re-drawn noise's (bracket 10x - 100x), shown to transfer to staleness only.
+    assert r.source == "redrawn-noise" and r.shown_to_transfer == ["staleness"] and r.budget == 10.0
+
+
+def test_a_persistent_noise_calibration_trains_each_run_under_one_draw(student, teacher):
+    world = PlantedWorld(**TRANSFER_WORLD)
+    r = run_calibration(calibration(student, teacher, levels=[10.0, 30.0], max_bisections=0, noise_draw="persistent",
+                                    transfer=TRANSFER_SOURCES), world)
+    # persistent noise: 10x within, 30x beyond (20 < 30); re-drawn would have passed 30x
+    assert r.source == "persistent-noise" and r.bracket == (10.0, 30.0)
+    assert r.shown_to_transfer == ["quantization", "staleness"]
+
+
+def test_a_source_that_is_not_a_deployed_mismatch_is_refused(student, teacher):
+    with pytest.raises(ValueError, match="has no mismatch to transfer"):
+        calibration(student, teacher, transfer=[{"name": "bf16"}])
+    with pytest.raises(ValueError, match="not noise_sigma"):
+        calibration(student, teacher, transfer=[{"name": "n", "rollout": {"noise_sigma": 0.1}}])
+    with pytest.raises(ValueError, match="names must be unique"):
+        calibration(student, teacher, transfer=[TRANSFER_SOURCES[0], TRANSFER_SOURCES[0]])

@@ -307,3 +307,22 @@ def test_topk_loss_with_sequence_masking_runs_and_traces_the_masked_fraction(stu
     last = {k: v for s, k, v in rep.points if s == 2}
     assert 0.0 <= last["is/masked_fraction"] <= 1.0 and last["train/reverse_kl_topk"] >= 0.0
     assert last["mismatch/multiple"] > 1.0  # noise 0.3 is far from the BF16 engine
+
+
+@pytest.mark.parametrize("draw", ["redrawn", "persistent"])
+def test_persistent_noise_is_one_draw_for_the_whole_run(student, teacher, draw):
+    """The rollout engine of steps 1 and 5, prepared from the same (starting) weights: persistent noise perturbs
+    them identically, re-drawn noise differently."""
+    import torch
+
+    from workers.science.engines.hf.prepare import prepare_rollout_model
+    from workers.science.training.opd import OPDTrainer
+
+    trainer = OPDTrainer(opd(student, teacher, rollout=RolloutConfig(noise_sigma=0.05), noise_draw=draw))
+    engines = [prepare_rollout_model(student, trainer.rollout_config(step), torch.device("cpu")).model
+               for step in (1, 5)]
+    a, b = (dict(e.named_parameters()) for e in engines)
+    same = all(torch.equal(a[k], b[k]) for k in a)
+    assert same == (draw == "persistent")
+    clean = dict(prepare_rollout_model(student, RolloutConfig(), torch.device("cpu")).model.named_parameters())
+    assert not all(torch.equal(a[k], clean[k]) for k in a)  # the noise is there

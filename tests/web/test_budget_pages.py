@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from django.utils.html import escape
 from playwright.sync_api import expect
 
 from opdweb.budgets.models import MismatchBudget
@@ -219,3 +220,40 @@ def test_extend_to_decide_submits_the_same_check_with_the_prompts_that_would_dec
     assert client.post(f"/jobs/{check.pk}/extend/", {"prompts": "64"}).status_code == 400  # not more than before
     assert client.get(f"/jobs/{check.pk}/extend/").status_code == 405
     assert Job.objects.count() == before
+
+
+TRANSFER = [
+    {"name": "fp8", "kind": "quantization", "rollout": {"weights": "fp8_e4m3"}, "async_k": 0, "multiple": 30.0,
+     "multiple_ci": [25.0, 36.0], "sigma": 0.03, "noise_multiple": 29.0, "accuracies": [0.55, 0.56],
+     "redrawn": {"accuracies": [0.60, 0.61], "difference_points": 5.0, "difference_ci": [3.1, 6.9],
+                 "agreement": "differs"},
+     "persistent": {"accuracies": [0.55, 0.56], "difference_points": 0.0, "difference_ci": [-1.2, 1.2],
+                    "agreement": "agrees"}},
+    {"name": "bf16-sync", "kind": "staleness", "rollout": {}, "async_k": 1, "multiple": 0.9, "multiple_ci": None,
+     "message": "0.9x is not above the BF16 unit: nothing to match with noise"},
+]
+
+
+def test_a_budget_names_its_source_and_shows_its_transfer_check_and_checks_carry_the_warning(member, client):
+    user, team = member
+    job = Job.objects.create(team=team, created_by=user, kind="calibration", config={}, state=JobState.RUNNING)
+    result = calibration_result("/models/student", 10.0, source="persistent-noise", transfer=TRANSFER,
+                                shown_to_transfer=["quantization"])
+    assert record_outcome(job, JobState.SUCCEEDED, {"result": result})
+    budget = MismatchBudget.objects.get(calibration_job=job)
+    assert (budget.source, budget.shown_to_transfer) == ("persistent-noise", ["quantization"])
+    assert budget.spec()["shown_to_transfer"] == ["quantization"] and budget.spec()["source"] == "persistent-noise"
+    page = client_page(client, user, f"/budgets/{budget.pk}/")
+    assert "weight noise drawn once per run" in page and "<b>quantization</b>" in page
+    assert '<td class="bad">5.00 pts [3.10, 6.90]: differs</td>' in page
+    assert '<td class="ok">0.00 pts [-1.20, 1.20]: agrees</td>' in page
+    assert "nothing to match with noise" in page
+    warning = "this config's staleness was never shown to transfer to the budget's scale"
+    check = Job.objects.create(
+        team=team, created_by=user, kind="admission", name="fp8 stale", state=JobState.SUCCEEDED,
+        config={"model": "/models/student", "budget": budget.spec(), "prompts": 64},
+        result=admission_result("pass", 3.0, [2.0, 4.0], budget=budget.spec(),
+                                calibrated_with="weight noise drawn once per run", transfer_warnings=[warning]))
+    page = client_page(client, user, f"/jobs/{check.pk}/")
+    assert "The budget was calibrated with weight noise drawn once per run; shown to transfer to quantization." in page
+    assert f'<p class="warning transfer-warning">{escape(warning)}</p>' in page

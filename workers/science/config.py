@@ -198,6 +198,16 @@ class RolloutConfig(_Strict):
             and self.activations == "none"
         )
 
+    @property
+    def mismatch_sources(self) -> tuple[str, ...]:
+        """What makes this engine differ from the trainer, by source: ``quantization``
+        (weights, activations or KV cache), ``staleness`` and ``noise``; empty for the
+        reference itself.  A budget names the source it was calibrated with, and an admission
+        check warns on a source never shown to transfer to it."""
+        quantized = self.weights != "bf16" or self.activations != "none" or self.kv_cache != "none"
+        return tuple(name for name, present in (("quantization", quantized), ("staleness", self.staleness > 0),
+                                                ("noise", self.noise_sigma > 0.0)) if present)
+
     def bf16_reference(self, engine: str | None = None) -> "RolloutConfig":
         """The standard BF16 engine with the same sampling and seed: the unit of the multiple."""
         return RolloutConfig(engine=engine or self.engine, dtype="bf16", sampling=self.sampling, seed=self.seed)

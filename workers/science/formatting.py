@@ -173,9 +173,26 @@ def format_calibration(r: CalibrationResult) -> str:
               c.drop_points, "within" if c.within else "beyond"] for c in r.curve]
     return "\n".join([
         f"{head}; {r.method} on {r.checkpoint} ({r.task}), {r.steps} steps x {r.seeds} seeds, "
-        f"tolerance {r.tolerance:g} points, {r.metric} multiples of the {r.unit_engine} BF16 engine",
+        f"tolerance {r.tolerance:g} points, {r.metric} multiples of the {r.unit_engine} BF16 engine, levels of "
+        f"{r.source or 'redrawn-noise'}",
         "", _table(["level", "multiple", "noise sigma", "accuracy", "sd", "drop (points)", "tolerance"], rows),
-        "", f"rule: {r.rule}"])
+        "", f"rule: {r.rule}", *_transfer_lines(r)])
+
+
+def _transfer_lines(r: CalibrationResult) -> list[str]:
+    """The transfer check's table: each deployed source's accuracy against noise of its multiple."""
+    if not r.transfer:
+        return []
+    rows: list[list[Any]] = []
+    for t in r.transfer:
+        row: list[Any] = [t.name, t.kind, t.multiple]
+        row.append(sum(t.accuracies) / len(t.accuracies) if t.accuracies else None)
+        for at in (t.redrawn, t.persistent):
+            row.append(f"{at.difference_points:+.2f} {at.agreement}" if at else (t.message or "-"))
+        rows.append(row)
+    return ["", f"transfer (calibrated with {r.source}; shown to transfer: {', '.join(r.shown_to_transfer) or 'none'})",
+            _table(["source", "kind", "multiple", "accuracy", "re-drawn noise (points)", "persistent noise (points)"],
+                   rows)]
 
 
 def format_admission(r: AdmissionVerdict) -> str:
@@ -194,4 +211,7 @@ def format_admission(r: AdmissionVerdict) -> str:
     if r.recipe:
         lines.append(f"cheapest recipe within budget: {r.recipe['label']} ({_num(r.recipe['multiple'])}x, "
                      f"KV capacity {_num(r.recipe['capacity'])}x)")
-    return "\n".join(lines + [f"warning: {w}" for w in r.warnings])
+    if r.calibrated_with:
+        shown = f"; shown to transfer to {', '.join(b.shown_to_transfer)}" if b.shown_to_transfer else ""
+        lines.append(f"the budget was calibrated with {r.calibrated_with}{shown}")
+    return "\n".join(lines + [f"warning: {w}" for w in r.warnings + (r.transfer_warnings or [])])

@@ -76,6 +76,10 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
         "checkpoint_hash": digest,
         "kv_capacity_gain": report.kv_cache.capacity_ratio,
     }
+    result["calibrated_with"] = spec.calibrated_with
+    warnings = transfer_warnings(spec, cfg.rollout.mismatch_sources)
+    if warnings:
+        result["transfer_warnings"] = warnings
     if cfg.drift and not report.identical_to_unit:
         result["drift"] = prefix_drift(cfg, reporter)
     if cfg.recipe and spec.budget:
@@ -84,6 +88,17 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
         result.update(recipe_within_budget(measurement, spec.budget, cfg.recipe_margin, SubReporter(reporter)))
     reporter.progress(1.0, f"{decision.verdict}: {decision.reason}")
     return AdmissionVerdict.model_validate(result)
+
+
+def transfer_warnings(spec: BudgetSpec, sources: tuple[str, ...]) -> list[str]:
+    """A warning for each deployed source of the config (quantization, staleness) that the
+    budget's calibration never showed to transfer: its multiple is then assumed, not shown,
+    to cost what the same multiple of the calibration's noise costs."""
+    deployed = [s for s in sources if s != "noise"]
+    shown = {part for kind in spec.shown_to_transfer for part in kind.split("+")}
+    return [f"this config's {source} was never shown to transfer to the budget's scale (calibrated with "
+            f"{spec.calibrated_with}): the verdict assumes {source} at a multiple costs what that noise does; "
+            f"calibrate with a transfer source of {source} to check" for source in deployed if source not in shown]
 
 
 def prefix_drift(cfg: AdmissionJobConfig, reporter: Reporter) -> dict:

@@ -234,6 +234,21 @@ def extend_ladder(targets: Sequence[float], status: BudgetStatus, factor: float)
     return []
 
 
+Agreement = Literal["agrees", "differs", "inconclusive"]
+
+
+def judge_agreement(low: float | None, high: float | None, tolerance_points: float) -> Agreement:
+    """Whether two sources at a matched multiple train to the same accuracy, on the interval
+    of their difference (points): ``agrees`` when it lies within [-tolerance, +tolerance],
+    ``differs`` when it lies wholly outside, ``inconclusive`` otherwise (an unbounded interval
+    included).  The strict rule's mirror: noise can only make agreement inconclusive."""
+    if low is not None and high is not None and -tolerance_points <= low and high <= tolerance_points:
+        return "agrees"
+    if (low is not None and low > tolerance_points) or (high is not None and high < -tolerance_points):
+        return "differs"
+    return "inconclusive"
+
+
 @dataclass(frozen=True)
 class Decision:
     verdict: Verdict

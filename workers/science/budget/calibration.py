@@ -8,6 +8,8 @@
    ``uninformative``, with the figures and what to change, and no budget is stored.
 3. Equal-step ``train`` children at each level (rollout noise at the solved sigma), ``seeds``
    seeds each; a run's accuracy is its final held-out accuracy.
+   The ladder's noise is re-drawn every step or drawn once per run (``noise_draw``: the
+   budget's ``source``); each seed draws its own.
 4. :func:`~.arithmetic.find_budget` judges the curve by the strict rule, and the ladder
    grows until it decides: the lowest level that is not within, while *inconclusive*, gets
    one more seed (and the baseline with it) up to ``max_seeds``; a ladder that does not
@@ -15,6 +17,12 @@
    ``max_extensions`` times); a bracket wider than ``resolution`` is bisected in log multiple
    (at most ``max_bisections`` levels).  Then every level within is reported as *not
    reached*, and a lowest level that is still not within is refused.
+5. The transfer check (``transfer``): each deployed source (a quantized rollout config, a
+   staleness ``async_k``) is measured (a ``mismatch`` child), noise is solved to the same
+   multiple, and equal-step runs train with the source itself, with that noise re-drawn and
+   with it persistent; each noise draw *agrees* with the source when the interval of their
+   accuracy difference lies within the tolerance (:func:`~.arithmetic.judge_agreement`).
+   The budget lists the sources its own draw agreed with (``shown_to_transfer``).
 
 The children are jobs of their own in the product (several workers share a calibration) and
 run in this process from the command line (:mod:`workers.science.children`).  The same
@@ -34,9 +42,12 @@ from ..config import ConfigError
 from ..fingerprint import checkpoint_digest
 from ..kinds import Kind
 from ..reporting import NullReporter, Reporter
+from ..results import MismatchReport
 from ..training.results import TrainingResult
 from .arithmetic import (
     Budget,
+    difference_interval,
+    judge_agreement,
     Learning,
     Level,
     LevelJudgement,
@@ -47,22 +58,42 @@ from .arithmetic import (
     mean,
     sample_sd,
 )
-from .config import CalibrationJobConfig
-from .results import CalibrationResult, Learned, NoiseSolveResult
+from .config import CalibrationJobConfig, TransferSource
+from .results import CalibrationResult, Learned, NoiseSolveResult, TransferRow
+
+NOISE_DRAWS = ("redrawn", "persistent")
 
 
 def _noise_child(cfg: CalibrationJobConfig, target: float) -> ChildJob:
     config = {"model": cfg.model, "rollout": cfg.rollout.model_dump(mode="json"), "task": cfg.task,
               "prompts": cfg.measure_prompts, "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed,
               "metric": cfg.metric, "reference_engine": cfg.reference_engine, "target_multiple": target,
-              "rel_tolerance": cfg.noise_rel_tolerance, "device": cfg.device, "threads": cfg.threads}
+              "rel_tolerance": cfg.noise_rel_tolerance, "device": cfg.device, "threads": cfg.threads,
+              "trainer_dtype": cfg.unit_trainer}
     return ChildJob(f"noise-{target:g}", Kind.NOISE_SOLVE, config, f"noise sigma for {target:g}x")
 
 
-def _train_child(cfg: CalibrationJobConfig, name: str, sigma: float, seed_index: int) -> ChildJob:
-    rollout = cfg.rollout.model_copy(update={"noise_sigma": sigma})
+def _measure_child(cfg: CalibrationJobConfig, source: TransferSource) -> ChildJob:
+    """The multiple of a deployed source on the checkpoint (staleness read off its snapshot ring)."""
+    rollout = source.rollout.model_copy(update={"staleness": source.async_k})
+    config = {"model": cfg.model, "rollout": rollout.model_dump(mode="json"), "task": cfg.task,
+              "prompts": cfg.measure_prompts, "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed,
+              "metric": cfg.metric, "reference_engine": cfg.reference_engine, "trainer_dtype": cfg.unit_trainer,
+              "device": cfg.device, "threads": cfg.threads}
+    return ChildJob(f"measure-{source.name}", Kind.MISMATCH, config, f"multiple of {source.name}")
+
+
+def _train_child(cfg: CalibrationJobConfig, name: str, sigma: float, seed_index: int,
+                 noise_draw: str | None = None, source: TransferSource | None = None) -> ChildJob:
+    """One training run: at noise ``sigma`` (each seed its own draw), or under a deployed source."""
+    if source is not None:
+        rollout, extra = source.rollout, {"async_k": source.async_k}
+    else:
+        rollout = cfg.rollout.model_copy(update={"noise_sigma": sigma,
+                                                 "noise_seed": cfg.rollout.noise_seed + seed_index})
+        extra = {"noise_draw": noise_draw or cfg.noise_draw}
     config = cfg.training_config(rollout=rollout.model_dump(mode="json"), seed=cfg.seed + seed_index,
-                                 eval_every=0, checkpoint_every=0)
+                                 eval_every=0, checkpoint_every=0, **extra)
     return ChildJob(f"train-{name}-s{seed_index}", Kind.TRAIN, config, f"train {name} seed {seed_index}")
 
 
@@ -116,9 +147,45 @@ def run_calibration(cfg: CalibrationJobConfig, reporter: Reporter | None = None)
                 "eval_prompts)")
         raise ConfigError(f"the lowest level ({lowest.multiple:.3g}x) still drops accuracy beyond {cfg.tolerance:g} "
                           f"points after {extensions} extension(s) of the ladder; start the ladder lower")
+    transfer = _transfer_check(cfg, ladder) if cfg.transfer else []
     ladder.reporter.progress(1.0, "budget not reached" if budget.status == "not_reached"
                              else f"budget {budget.budget:.3g}x")
-    return _result(cfg, ladder, budget, ladder.learned(), extensions, bisections)
+    return _result(cfg, ladder, budget, ladder.learned(), extensions, bisections, transfer)
+
+
+def _transfer_check(cfg: CalibrationJobConfig, ladder: "_Ladder") -> list[TransferRow]:
+    """Module docstring, step 5: one row per deployed source."""
+    ladder.run([_measure_child(cfg, s) for s in cfg.transfer])
+    matched = {s.name: ladder.measured[f"measure-{s.name}"] for s in cfg.transfer}
+    rows: list[TransferRow] = []
+    measurable = [s for s in cfg.transfer if (matched[s.name].multiple or 0.0) > 1.0]
+    ladder.run([_noise_child(cfg, matched[s.name].multiple) for s in measurable])
+    runs = []
+    for s in measurable:
+        sigma = ladder.solved[matched[s.name].multiple].sigma
+        runs += [_train_child(cfg, f"transfer-{s.name}", 0.0, i, source=s) for i in range(cfg.seeds)]
+        runs += [_train_child(cfg, f"transfer-{s.name}~{draw}", sigma, i, noise_draw=draw)
+                 for draw in NOISE_DRAWS for i in range(cfg.seeds)]
+    ladder.run(runs)
+    for s in cfg.transfer:
+        report = matched[s.name]
+        ci = list(report.multiple_ci) if report.multiple_ci else None
+        row = {"name": s.name, "kind": s.kind, "rollout": s.rollout.model_dump(mode="json", exclude_defaults=True),
+               "async_k": s.async_k, "multiple": report.multiple, "multiple_ci": ci}
+        if s not in measurable:
+            rows.append(TransferRow(**row, message=f"{report.multiple or 0:.3g}x is not above the BF16 unit: "
+                                                   "nothing to match with noise"))
+            continue
+        deployed = ladder.accuracies[f"transfer-{s.name}"]
+        noise = ladder.solved[report.multiple]
+        row.update(sigma=noise.sigma, noise_multiple=noise.multiple, accuracies=deployed)
+        for draw in NOISE_DRAWS:
+            accs = ladder.accuracies[f"transfer-{s.name}~{draw}"]
+            diff, low, high = difference_interval(accs, deployed, cfg.confidence)
+            row[draw] = {"accuracies": accs, "difference_points": diff, "difference_ci": [low, high],
+                         "agreement": judge_agreement(low, high, cfg.tolerance)}
+        rows.append(TransferRow(**row))
+    return rows
 
 
 class _Ladder:
@@ -130,6 +197,7 @@ class _Ladder:
         self.cfg, self.reporter = cfg, reporter
         self.order: list[float] = []  # the targets in the order they were added (a level's trace step)
         self.solved: dict[float, NoiseSolveResult] = {}
+        self.measured: dict[str, MismatchReport] = {}  # a transfer source's multiple, by child key
         self.accuracies: dict[str, list[float]] = {}
         self.starts: list[float] = []
         self.done = self.planned = 0
@@ -145,6 +213,9 @@ class _Ladder:
             if child.kind == Kind.NOISE_SOLVE:
                 self.solved[child.config["target_multiple"]] = result
                 message = f"{child.label}: {result.multiple:.3g}x at sigma {result.sigma:.3g}"
+            elif child.kind == Kind.MISMATCH:
+                self.measured[child.key] = result
+                message = f"{child.label}: {result.multiple or 0:.3g}x"
             else:
                 accuracy = _final_accuracy(child, result)
                 name = child.key.rsplit("-s", 1)[0].removeprefix("train-")
@@ -188,7 +259,7 @@ class _Ladder:
     def _trace(self, name: str) -> None:
         """One point per level once its first seeds are in: x is the order the level was added
         in (0 = the baseline), so a bisection level does not move the others."""
-        if len(self.accuracies[name]) != self.cfg.seeds:
+        if len(self.accuracies[name]) != self.cfg.seeds or name.startswith("transfer-"):
             return
         if name == "baseline":
             self.reporter.log(0, {"calibration/multiple": 1.0, "calibration/accuracy": mean(self.accuracies[name])})
@@ -223,10 +294,12 @@ def _uninformative(cfg: CalibrationJobConfig, ladder: _Ladder, learned: Learning
 
 
 def _result(cfg: CalibrationJobConfig, ladder: _Ladder, budget: Budget, learned: Learning, extensions: int,
-            bisections: int) -> CalibrationResult:
+            bisections: int, transfer: list[TransferRow]) -> CalibrationResult:
+    shown = sorted({row.kind for row in transfer if row.agreement(cfg.noise_draw) == "agrees"})
     return CalibrationResult(**_common(cfg, ladder, learned), budget=budget.budget, status=budget.status,
                              bracket=budget.bracket, curve=[_curve_row(j) for j in budget.levels],
-                             extensions=extensions, bisections=bisections)
+                             extensions=extensions, bisections=bisections, transfer=transfer,
+                             shown_to_transfer=shown)
 
 
 def _common(cfg: CalibrationJobConfig, ladder: _Ladder, learned: Learning) -> dict:
@@ -234,7 +307,7 @@ def _common(cfg: CalibrationJobConfig, ladder: _Ladder, learned: Learning) -> di
     baseline = ladder.accuracies["baseline"]
     return dict(
         checkpoint=cfg.model, checkpoint_hash=checkpoint_digest(cfg.model), teacher=cfg.teacher,
-        task=first.task, method=cfg.method_label(), metric=cfg.metric,
+        task=first.task, method=cfg.method_label(), metric=cfg.metric, source=cfg.source,
         unit_engine=first.unit.engine, unit_trainer=first.unit.trainer or "fp32", reference_value=first.reference_value,
         step=checkpoint_step(cfg.model), steps=cfg.steps, seeds=cfg.seeds, tolerance=cfg.tolerance,
         confidence=cfg.confidence, resolution=cfg.resolution,

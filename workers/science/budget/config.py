@@ -12,12 +12,44 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from ..config import MetricName, MismatchJobConfig, UnitEngine, _Strict
+from ..config import MetricName, MismatchJobConfig, RolloutConfig, TrainerDtype, UnitEngine, _Strict
 from ..results import unit_pair
 from ..training.config import TrainJobConfig
 from .arithmetic import BudgetStatus
 
 MAX_LEVELS = 16
+MAX_TRANSFER_SOURCES = 8
+
+#: The mismatch a calibration's ladder is made of: weight noise re-drawn every step, or drawn
+#: once per run (a fixed bias, as quantization is).
+CalibrationSource = Literal["redrawn-noise", "persistent-noise"]
+#: The sources a deployed rollout config's mismatch comes from (``RolloutConfig.mismatch_sources``).
+DeployedSource = Literal["quantization", "staleness", "quantization+staleness"]
+
+
+class TransferSource(_Strict):
+    """A deployed source of mismatch for a calibration's transfer check: a rollout config
+    (quantized), a staleness ``async_k``, or both.  The check measures its multiple, trains
+    at it and at noise of the same multiple, and says whether accuracy agrees."""
+
+    name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.+-]+$")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="The rollout config (no noise).")
+    async_k: int = Field(0, ge=0, le=64, description="Rollouts from the weights of k steps ago (staleness k).")
+
+    @model_validator(mode="after")
+    def _deployed(self) -> "TransferSource":
+        if self.rollout.noise_sigma or self.rollout.staleness:
+            raise ValueError(f"transfer source {self.name!r}: give a deployed source (quantization in rollout, "
+                             "staleness as async_k), not noise_sigma or rollout.staleness")
+        if not self.rollout.mismatch_sources and not self.async_k:
+            raise ValueError(f"transfer source {self.name!r}: the BF16 engine synchronously has no mismatch to "
+                             "transfer; quantize the rollout or set async_k")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """``quantization``, ``staleness`` or ``quantization+staleness``."""
+        return "+".join(self.rollout.mismatch_sources + (("staleness",) if self.async_k else ()))
 
 
 class NoiseSolveJobConfig(MismatchJobConfig):
@@ -68,6 +100,12 @@ class CalibrationJobConfig(TrainJobConfig):
     max_extensions: int = Field(2, ge=0, le=4, description="How often the ladder may be extended before the "
                                                            "calibration reports 'not reached' or refuses.")
     noise_rel_tolerance: float = Field(0.25, gt=0.0, le=10.0)
+    unit_trainer: TrainerDtype = Field("auto", description="The trainer half of the unit pair the multiples are "
+                                                          "measured against (as the mismatch job's trainer_dtype).")
+    transfer: list[TransferSource] = Field(default_factory=list, max_length=MAX_TRANSFER_SOURCES,
+                                           description="Deployed sources to check the budget's scale transfers "
+                                                       "to: each is measured, trained at, and compared with noise "
+                                                       "(re-drawn and persistent) of the same multiple.")
 
     @field_validator("levels")
     @classmethod
@@ -92,7 +130,15 @@ class CalibrationJobConfig(TrainJobConfig):
             raise ValueError(f"max_seeds ({self.max_seeds}) must be at least seeds ({self.seeds})")
         if self.rollout.noise_sigma:
             raise ValueError("rollout.noise_sigma: the calibration sets the noise of each level; leave it 0")
+        names = [t.name for t in self.transfer]
+        if len(set(names)) != len(names):
+            raise ValueError(f"transfer: source names must be unique, got {names}")
         return self
+
+    @property
+    def source(self) -> str:
+        """The calibration's source of mismatch (:data:`CalibrationSource`)."""
+        return f"{self.noise_draw}-noise"
 
     @property
     def required_gain(self) -> float:
@@ -127,6 +173,13 @@ class BudgetFields(_Strict):
         None, description="The trainer half of the unit pair (None: calibrated before the pair was named, against an "
                           "fp32 trainer).")
     reference_value: float | None = None
+    source: CalibrationSource | None = Field(
+        None, description="The mismatch the ladder was made of (None: calibrated before sources were named, with "
+                          "re-drawn noise).")
+    shown_to_transfer: list[str] = Field(
+        default_factory=list, max_length=MAX_TRANSFER_SOURCES,
+        description="The deployed sources (quantization, staleness) whose accuracy at a matched multiple agreed with "
+                    "this source's within the tolerance.")
     budget: float | None = Field(..., description="The budget multiple (None: below the lowest level; with status "
                                                   "not_reached, a lower bound).")
     status: BudgetStatus
@@ -143,6 +196,12 @@ class BudgetFields(_Strict):
     def pair(self) -> str:
         """The unit pair its multiples are of, in words."""
         return unit_pair(self.unit_engine, self.trainer)
+
+    @property
+    def calibrated_with(self) -> str:
+        """The calibration's source in words."""
+        return {"persistent-noise": "weight noise drawn once per run"}.get(self.source or "",
+                                                                          "weight noise re-drawn every step")
 
 
 class BudgetSpec(BudgetFields):

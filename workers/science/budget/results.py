@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from ..results import CI, JobResult, MismatchReport, UnitOfMultiple
-from .arithmetic import BudgetStatus, Judgement, Verdict
+from .arithmetic import Agreement, BudgetStatus, Judgement, Verdict
 from .config import BudgetFields, BudgetSpec
 
 #: A calibration's outcome: a budget's status, or ``uninformative`` (no budget: the baseline
@@ -72,6 +72,39 @@ class Baseline(JobResult):
     sd: float
 
 
+class NoiseAtMatch(JobResult):
+    """One noise draw trained at a deployed source's multiple, against the source."""
+
+    accuracies: list[float]
+    difference_points: float  # the noise runs' mean accuracy minus the source's
+    difference_ci: list[float | None]
+    agreement: Agreement
+
+
+class TransferRow(JobResult):
+    """A transfer check's row: a deployed source, its measured multiple, and whether noise of
+    the same multiple (re-drawn, persistent) trains to the same accuracy."""
+
+    optional_keys = frozenset({"sigma", "noise_multiple", "accuracies", "redrawn", "persistent", "message"})
+
+    name: str
+    kind: str
+    rollout: dict[str, Any]
+    async_k: int
+    multiple: float | None
+    multiple_ci: CI
+    sigma: float | None = None
+    noise_multiple: float | None = None
+    accuracies: list[float] | None = None  # the source's own runs
+    redrawn: NoiseAtMatch | None = None
+    persistent: NoiseAtMatch | None = None
+    message: str | None = None
+
+    def agreement(self, draw: str) -> Agreement | None:
+        at = getattr(self, draw, None)
+        return at.agreement if at is not None else None
+
+
 class CalibratedBudget(BudgetFields):
     """A budget with its evidence: what the product stores for a calibration."""
 
@@ -82,6 +115,7 @@ class CalibratedBudget(BudgetFields):
     curve: list[CurveLevel]
     baseline: Baseline
     rule: str
+    transfer: list[TransferRow] = []
 
 
 class Learned(JobResult):
@@ -124,7 +158,8 @@ class AdmissionVerdict(MismatchReport):
     """The ``admission`` job: the mismatch report of the config, judged against a budget."""
 
     optional_keys: ClassVar[frozenset[str]] = MismatchReport.optional_keys | {
-        "drift", "recipe", "recipe_candidates", "pareto_front", "recipe_margin", "layers", "recipe_skipped"}
+        "drift", "recipe", "recipe_candidates", "pareto_front", "recipe_margin", "layers", "recipe_skipped",
+        "calibrated_with", "transfer_warnings"}
 
     budget: BudgetSpec
     verdict: Verdict
@@ -141,7 +176,9 @@ class AdmissionVerdict(MismatchReport):
     recipe_margin: float | None = None
     layers: list[dict[str, Any]] | None = None
     recipe_skipped: list[dict[str, Any]] | None = None
+    calibrated_with: str | None = None  # the budget's source of mismatch, in words
+    transfer_warnings: list[str] | None = None  # the config's sources never shown to transfer to the budget
 
 
 __all__ = ["AdmissionVerdict", "Baseline", "CalibratedBudget", "CalibrationResult", "CalibrationStatus", "CurveLevel",
-           "Learned", "NoiseSolveResult", "NoiseTrial"]
+           "Learned", "NoiseAtMatch", "NoiseSolveResult", "NoiseTrial", "TransferRow"]

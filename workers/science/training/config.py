@@ -18,6 +18,7 @@ from ..config import MAX_NEW_TOKENS, MAX_SEED, ComputeDtype, ConfigError, Rollou
 Method = Literal["opd", "grpo"]
 OPDLoss = Literal["full", "topk", "sampled"]
 Correction = Literal["none", "tis", "mask"]
+NoiseDraw = Literal["redrawn", "persistent"]
 
 
 class BudgetAtStep(_Strict):
@@ -50,6 +51,10 @@ class TrainingConfig(_Strict):
                                                                                   "task's, else rollout.sampling.")
     async_k: int = Field(0, ge=0, le=64, description="Rollouts of step t come from the weights of step t-k (0: "
                                                      "synchronous).")
+    noise_draw: NoiseDraw = Field("redrawn", description="Rollout weight noise (rollout.noise_sigma): 'redrawn' from a "
+                                                         "fresh seed every step (zero-mean over a run), or "
+                                                         "'persistent', one draw for the whole run (a fixed bias, as "
+                                                         "quantization is).")
     eval_every: int = Field(10, ge=0, le=1_000_000, description="Greedy held-out accuracy of the trainer copy every "
                                                                 "N steps (0: only at start and end).")
     eval_prompts: int = Field(200, ge=1, le=65_536, description="Held-out prompts per evaluation.")
@@ -261,5 +266,5 @@ def training_config(values: dict) -> OPDConfig | GRPOConfig:
         raise ConfigError("; ".join(describe_validation_error(exc))) from None
 
 
-__all__ = ["GRPOConfig", "OPDConfig", "TimeToQualityConfig", "TrainJobConfig", "TrainingArm", "TrainingConfig",
+__all__ = ["GRPOConfig", "NoiseDraw", "OPDConfig", "TimeToQualityConfig", "TrainJobConfig", "TrainingArm", "TrainingConfig",
            "training_config"]

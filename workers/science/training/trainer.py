@@ -274,11 +274,13 @@ class OnPolicyTrainer:
         return encode_prompts(self.tokenizer, [p.prompt for p in problems], chat=self.task.chat)
 
     def rollout_config(self, step: int) -> RolloutConfig:
-        """The rollout config of ``step``: a fresh noise seed per step (the engine re-noised
-        from the new weights, as a real engine is re-synced)."""
+        """The rollout config of ``step``: with ``noise_draw`` "redrawn" a fresh noise seed per
+        step (the engine re-noised from the new weights, as a real engine is re-synced); with
+        "persistent" the same seed every step, so each tensor's noise is one fixed draw
+        (relative to its RMS) for the whole run, as a quantizer's rounding is."""
         r = self.config.rollout
-        return r.model_copy(update={"noise_seed": (r.noise_seed + 7919 * step) % SEED_MODULUS,
-                                    "sampling": self.sampling})
+        seed = r.noise_seed if self.config.noise_draw == "persistent" else (r.noise_seed + 7919 * step) % SEED_MODULUS
+        return r.model_copy(update={"noise_seed": seed, "sampling": self.sampling})
 
     def weights_of(self, version: int) -> torch.nn.Module:
         """An fp32 copy of the trainer at ``version`` (the current weights when it is current)."""
