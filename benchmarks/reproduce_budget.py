@@ -40,8 +40,10 @@ from opdweb.embedded_servers import start_embedded_redis  # noqa: E402
 
 METHODS = {
     "opd:full": {"method": "opd", "loss": "full"},
-    "opd:sampled": {"method": "opd", "loss": "sampled"},
-    "opd:sampled+tis": {"method": "opd", "loss": "sampled", "correction": "tis"},
+    # Sampled-token OPD as verl (use_policy_gradient) and Tinker's cookbook run it: the advantage
+    # log pT - log pS of the sampled token, not normalised per batch.
+    "opd:sampled": {"method": "opd", "loss": "sampled", "normalize_advantages": False},
+    "opd:sampled+tis": {"method": "opd", "loss": "sampled", "normalize_advantages": False, "correction": "tis"},
     "grpo": {"method": "grpo"},
     "grpo+tis": {"method": "grpo", "tis": True},
 }

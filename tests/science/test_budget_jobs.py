@@ -97,6 +97,19 @@ def test_calibration_bad_input_is_refused(student, teacher, args, message):
     assert r.returncode == 2 and message in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("text, message", [
+    ("name: fp8\n", "--transfer must be a YAML list, got dict"),
+    ("[{name: bf16}]\n", "the BF16 engine synchronously has no mismatch to transfer"),
+    ("[{name: fp8, rollout: {weights: fp9}}]\n", "weights"),
+    ("- [unclosed\n", "--transfer is not valid YAML"),
+])
+def test_a_bad_transfer_file_is_refused(student, teacher, tmp_path, text, message):
+    path = tmp_path / "transfer.yaml"
+    path.write_text(text)
+    r = cli("calibrate", "--model", student, "--teacher", teacher, "--transfer", str(path))
+    assert r.returncode == 2 and message in r.stderr and r.stdout == "", r.stderr
+
+
 def test_a_real_calibration_whose_baseline_does_not_learn_ends_uninformative(student, teacher):
     # Two steps of batch 8 teach the fixture student nothing measurable: the baseline's gain cannot clear the
     # tolerance, so the calibration stops after the baseline and its noise solves, with no budget.

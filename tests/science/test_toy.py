@@ -70,3 +70,25 @@ def test_the_long_recipe_trains_on_worked_solutions_of_30_to_100_tokens():
     answer_tokens = (labels != -100).sum(1)  # the worked solution and EOS
     assert int(answer_tokens.min()) >= 30 and int(answer_tokens.max()) <= 100
     assert int(attn.sum(1).max()) <= recipe.max_positions
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_fresh_build_of_the_test_pair_is_the_shipped_pair_bit_for_bit(tmp_path, threads):
+    """The builder is a pure function of its recipe on this kind of machine: built afresh (in a
+    process of its own, at one and at two CPU threads) both checkpoints have the shipped
+    fixture's content hashes, so the committed figures can be rebuilt from the recipe."""
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    from workers.science.fingerprint import checkpoint_digest
+
+    shipped = Path(__file__).parent / "fixtures" / "toy-test"
+    out = tmp_path / f"toy-{threads}"
+    build = subprocess.run([sys.executable, "-m", "workers", "build-toy-models", "--size", "test", "--out", str(out),
+                            "--threads", str(threads), "--json"], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr
+    assert json.loads(build.stdout.splitlines()[-1])["cached"] is False
+    for role in ("teacher", "student"):
+        assert checkpoint_digest(out / role) == checkpoint_digest(shipped / role), role

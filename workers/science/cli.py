@@ -26,6 +26,7 @@ from .config import (
     RolloutConfig,
     ValidationError,
     describe_validation_error,
+    load_list_file,
     load_mapping_file,
     validation_problems,
 )
@@ -124,6 +125,9 @@ def _add_kind(sub, kind: JobKind) -> None:
         elif _file_model(annotation) is not None:
             j.add_argument(_flag(name), dest=name, required=info.is_required(),
                            help=_help(f"{info.description or name}: a JSON or YAML file"))
+        elif _list_model(annotation) is not None:
+            j.add_argument(_flag(name), dest=name, help=_help(f"{info.description or name}: a JSON or YAML file "
+                                                              "holding a list"))
         elif get_origin(annotation) is list:
             j.add_argument(_flag(name), dest=name, help=_help(f"{info.description or name} (comma separated)"))
         elif get_origin(annotation) is Literal:
@@ -170,6 +174,14 @@ def _file_model(annotation) -> type[BaseModel] | None:
                  and not issubclass(a, RolloutConfig)), None)
 
 
+def _list_model(annotation) -> type[BaseModel] | None:
+    """The item model of a list-of-models field (a calibration's ``transfer``), read from a file."""
+    if get_origin(annotation) is not list:
+        return None
+    item = (get_args(annotation) or (None,))[0]
+    return item if isinstance(item, type) and issubclass(item, BaseModel) else None
+
+
 def _without_none(annotation):
     if get_origin(annotation) in (Union, UnionType):
         args = [a for a in get_args(annotation) if a is not type(None)]
@@ -195,6 +207,8 @@ def _job_config(kind: JobKind, args: argparse.Namespace):
             continue
         if _file_model(annotation) is not None:
             fields[name] = load_mapping_file(fields[name], _flag(name))
+        elif _list_model(annotation) is not None:
+            fields[name] = load_list_file(fields[name], _flag(name))
         elif get_origin(annotation) is list:
             fields[name] = [v.strip() for v in fields[name].split(",") if v.strip()]
     if "threads" in kind.config.model_fields:

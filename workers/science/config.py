@@ -338,6 +338,19 @@ def load_mapping_file(path: str | Path, what: str) -> dict:
     return _load_yaml_mapping(_read(path), what)
 
 
+def load_list_file(path: str | Path, what: str) -> list:
+    """A JSON or YAML file holding one list (of mappings, e.g. a calibration's transfer sources)."""
+    try:
+        data = yaml.safe_load(_read(path))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} is not valid YAML: {exc}") from None
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise ConfigError(f"{what} must be a YAML list, got {type(data).__name__}")
+    return data
+
+
 def _load_yaml_mapping(text: str, what: str) -> dict:
     try:
         data = yaml.safe_load(text)

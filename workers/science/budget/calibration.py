@@ -38,7 +38,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..children import ChildJob, run_children
-from ..config import ConfigError
+from ..config import MAX_SEED, ConfigError
 from ..fingerprint import checkpoint_digest
 from ..kinds import Kind
 from ..reporting import NullReporter, Reporter
@@ -90,7 +90,7 @@ def _train_child(cfg: CalibrationJobConfig, name: str, sigma: float, seed_index:
         rollout, extra = source.rollout, {"async_k": source.async_k}
     else:
         rollout = cfg.rollout.model_copy(update={"noise_sigma": sigma,
-                                                 "noise_seed": cfg.rollout.noise_seed + seed_index})
+                                                 "noise_seed": (cfg.rollout.noise_seed + seed_index) % MAX_SEED})
         extra = {"noise_draw": noise_draw or cfg.noise_draw}
     config = cfg.training_config(rollout=rollout.model_dump(mode="json"), seed=cfg.seed + seed_index,
                                  eval_every=0, checkpoint_every=0, **extra)
