@@ -7,13 +7,13 @@ import random
 import pytest
 
 from workers.science.budget.arithmetic import (
-    judge_agreement,
     Level,
     bisect_target,
     decide,
     difference_interval,
     extend_ladder,
     find_budget,
+    judge_agreement,
     judge_drop,
     ladder,
     learning,

@@ -79,7 +79,6 @@ def test_a_fresh_build_of_the_test_pair_is_the_shipped_pair_bit_for_bit(tmp_path
     fixture's content hashes, so the committed figures can be rebuilt from the recipe."""
     import subprocess
     import sys
-
     from pathlib import Path
 
     from workers.science.fingerprint import checkpoint_digest

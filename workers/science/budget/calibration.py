@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from ..children import ChildJob, run_children
 from ..config import MAX_SEED, ConfigError
@@ -46,14 +47,14 @@ from ..results import MismatchReport
 from ..training.results import TrainingResult
 from .arithmetic import (
     Budget,
-    difference_interval,
-    judge_agreement,
     Learning,
     Level,
     LevelJudgement,
     bisect_target,
+    difference_interval,
     extend_ladder,
     find_budget,
+    judge_agreement,
     learning,
     mean,
     sample_sd,
@@ -86,6 +87,7 @@ def _measure_child(cfg: CalibrationJobConfig, source: TransferSource) -> ChildJo
 def _train_child(cfg: CalibrationJobConfig, name: str, sigma: float, seed_index: int,
                  noise_draw: str | None = None, source: TransferSource | None = None) -> ChildJob:
     """One training run: at noise ``sigma`` (each seed its own draw), or under a deployed source."""
+    extra: dict[str, Any]
     if source is not None:
         rollout, extra = source.rollout, {"async_k": source.async_k}
     else:
@@ -158,11 +160,13 @@ def _transfer_check(cfg: CalibrationJobConfig, ladder: "_Ladder") -> list[Transf
     ladder.run([_measure_child(cfg, s) for s in cfg.transfer])
     matched = {s.name: ladder.measured[f"measure-{s.name}"] for s in cfg.transfer}
     rows: list[TransferRow] = []
-    measurable = [s for s in cfg.transfer if (matched[s.name].multiple or 0.0) > 1.0]
-    ladder.run([_noise_child(cfg, matched[s.name].multiple) for s in measurable])
+    # the multiple of each source that noise can match (above the unit: noise only adds mismatch)
+    targets = {s.name: float(m) for s in cfg.transfer if (m := matched[s.name].multiple) is not None and m > 1.0}
+    measurable = [s for s in cfg.transfer if s.name in targets]
+    ladder.run([_noise_child(cfg, targets[s.name]) for s in measurable])
     runs = []
     for s in measurable:
-        sigma = ladder.solved[matched[s.name].multiple].sigma
+        sigma = ladder.solved[targets[s.name]].sigma
         runs += [_train_child(cfg, f"transfer-{s.name}", 0.0, i, source=s) for i in range(cfg.seeds)]
         runs += [_train_child(cfg, f"transfer-{s.name}~{draw}", sigma, i, noise_draw=draw)
                  for draw in NOISE_DRAWS for i in range(cfg.seeds)]
@@ -170,14 +174,15 @@ def _transfer_check(cfg: CalibrationJobConfig, ladder: "_Ladder") -> list[Transf
     for s in cfg.transfer:
         report = matched[s.name]
         ci = list(report.multiple_ci) if report.multiple_ci else None
-        row = {"name": s.name, "kind": s.kind, "rollout": s.rollout.model_dump(mode="json", exclude_defaults=True),
-               "async_k": s.async_k, "multiple": report.multiple, "multiple_ci": ci}
+        row: dict[str, Any] = {"name": s.name, "kind": s.kind, "async_k": s.async_k, "multiple": report.multiple,
+                               "multiple_ci": ci,
+                               "rollout": s.rollout.model_dump(mode="json", exclude_defaults=True)}
         if s not in measurable:
             rows.append(TransferRow(**row, message=f"{report.multiple or 0:.3g}x is not above the BF16 unit: "
                                                    "nothing to match with noise"))
             continue
         deployed = ladder.accuracies[f"transfer-{s.name}"]
-        noise = ladder.solved[report.multiple]
+        noise = ladder.solved[targets[s.name]]
         row.update(sigma=noise.sigma, noise_multiple=noise.multiple, accuracies=deployed)
         for draw in NOISE_DRAWS:
             accs = ladder.accuracies[f"transfer-{s.name}~{draw}"]

@@ -266,5 +266,5 @@ def training_config(values: dict) -> OPDConfig | GRPOConfig:
         raise ConfigError("; ".join(describe_validation_error(exc))) from None
 
 
-__all__ = ["GRPOConfig", "NoiseDraw", "OPDConfig", "TimeToQualityConfig", "TrainJobConfig", "TrainingArm", "TrainingConfig",
-           "training_config"]
+__all__ = ["GRPOConfig", "NoiseDraw", "OPDConfig", "TimeToQualityConfig", "TrainJobConfig", "TrainingArm",
+           "TrainingConfig", "training_config"]
