@@ -303,7 +303,8 @@ def main() -> int:
                     help="run the transfer check on the first method's calibration")
     ap.add_argument("--measure-prompts", type=int, default=512)
     ap.add_argument("--admission-prompts", type=int, default=512)
-    ap.add_argument("--late-steps", type=int, default=100, help="also calibrate a checkpoint trained this far (0: skip)")
+    ap.add_argument("--late-steps", type=int, default=100,
+                    help="also calibrate a checkpoint trained this far (0: skip)")
     ap.add_argument("--ttq-steps", type=int, default=0,
                     help="time-to-quality runs of at most this many steps (0: skip)")
     ap.add_argument("--ttq-target", type=float, default=0.4)
