@@ -167,11 +167,14 @@ def run(args, team, user, student: str, teacher: str) -> dict:
     return out
 
 
+def interval(ends) -> str:
+    """``[-1.4, +0.8]`` points; an unbounded end is ∞."""
+    return "[" + ", ".join("∞" if e is None else f"{e:+.1f}" for e in ends) + "]"
+
+
 def drop_interval(c: dict) -> str:
     ci = c.get("drop_ci")
-    if not ci:
-        return ""
-    return " [" + ", ".join("∞" if e is None else f"{e:+.1f}" for e in ci) + "]"
+    return f" {interval(ci)}" if ci else ""
 
 
 def tables(r: dict) -> str:
@@ -235,9 +238,7 @@ def tables(r: dict) -> str:
 def _difference(at: dict | None) -> str:
     if not at:
         return "-"
-    low, high = at["difference_ci"]
-    interval = ", ".join("∞" if e is None else f"{e:+.1f}" for e in (low, high))
-    return f"{at['difference_points']:+.1f} [{interval}]: {at['agreement']}"
+    return f"{at['difference_points']:+.1f} {interval(at['difference_ci'])}: {at['agreement']}"
 
 
 PLOT_PAGE = """<!doctype html><html><head><script>{plotly}</script></head>

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from workers.science.budget.config import BudgetFields, BudgetSpec
+from workers.science.budget.config import BudgetFields, BudgetSpec, calibration_source_in_words
 from workers.science.results import unit_pair
 
 
@@ -71,6 +71,11 @@ class MismatchBudget(models.Model):
     def pair(self) -> str:
         """The unit pair its multiples are of, in words."""
         return unit_pair(self.unit_engine, self.unit_trainer)
+
+    @property
+    def calibrated_with(self) -> str:
+        """The mismatch its ladder was made of, in words."""
+        return calibration_source_in_words(self.source)
 
     @property
     def is_current(self) -> bool:

@@ -340,26 +340,24 @@ def load_mapping_file(path: str | Path, what: str) -> dict:
 
 def load_list_file(path: str | Path, what: str) -> list:
     """A JSON or YAML file holding one list (of mappings, e.g. a calibration's transfer sources)."""
-    try:
-        data = yaml.safe_load(_read(path))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} is not valid YAML: {exc}") from None
-    if data is None:
-        return []
-    if not isinstance(data, list):
-        raise ConfigError(f"{what} must be a YAML list, got {type(data).__name__}")
-    return data
+    return _load_yaml(_read(path), what, list)
 
 
 def _load_yaml_mapping(text: str, what: str) -> dict:
+    return _load_yaml(text, what, dict)
+
+
+def _load_yaml(text: str, what: str, expected: type):
+    """``text`` as YAML holding one ``expected`` (dict or list); empty text is an empty one."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} is not valid YAML: {exc}") from None
     if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{what} must be a YAML mapping, got {type(data).__name__}")
+        return expected()
+    if not isinstance(data, expected):
+        raise ConfigError(f"{what} must be a YAML {'mapping' if expected is dict else 'list'}, "
+                          f"got {type(data).__name__}")
     return data
 
 

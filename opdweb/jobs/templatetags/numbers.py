@@ -1,6 +1,7 @@
 """Number formatting for measurements that span many orders of magnitude: the filters of
 :mod:`opdweb.numbers`, one formatter for every page."""
 from django import template
+from django.template.defaultfilters import floatformat
 
 from opdweb import numbers
 
@@ -17,6 +18,14 @@ def sig(value, digits: int = 3) -> str:
 def times(value, digits: int = 3) -> str:
     """A multiple: ``23.2×``, '–' for none."""
     return numbers.multiple(value, int(digits))
+
+
+@register.filter
+def interval(ends) -> str:
+    """An interval in points, ``[-1.50, 1.20]``; an unbounded end is ``−∞`` / ``∞``."""
+    low, high = ends
+    return (f"[{'−∞' if low is None else floatformat(low, 2)}, "
+            f"{'∞' if high is None else floatformat(high, 2)}]")
 
 
 @register.filter

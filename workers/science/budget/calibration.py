@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..children import ChildJob, run_children
-from ..config import MAX_SEED, ConfigError
+from ..config import MAX_SEED, ConfigError, RolloutConfig
 from ..fingerprint import checkpoint_digest
 from ..kinds import Kind
 from ..reporting import NullReporter, Reporter
@@ -65,22 +65,22 @@ from .results import CalibrationResult, Learned, NoiseSolveResult, TransferRow
 NOISE_DRAWS = ("redrawn", "persistent")
 
 
+def _measurement(cfg: CalibrationJobConfig, rollout: RolloutConfig) -> dict:
+    """A multiple measurement of ``rollout`` on the calibrated checkpoint, in the budget's metric and unit pair."""
+    return {"model": cfg.model, "rollout": rollout.model_dump(mode="json"), "task": cfg.task,
+            "prompts": cfg.measure_prompts, "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed,
+            "metric": cfg.metric, "reference_engine": cfg.reference_engine, "trainer_dtype": cfg.unit_trainer,
+            "device": cfg.device, "threads": cfg.threads}
+
+
 def _noise_child(cfg: CalibrationJobConfig, target: float) -> ChildJob:
-    config = {"model": cfg.model, "rollout": cfg.rollout.model_dump(mode="json"), "task": cfg.task,
-              "prompts": cfg.measure_prompts, "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed,
-              "metric": cfg.metric, "reference_engine": cfg.reference_engine, "target_multiple": target,
-              "rel_tolerance": cfg.noise_rel_tolerance, "device": cfg.device, "threads": cfg.threads,
-              "trainer_dtype": cfg.unit_trainer}
+    config = {**_measurement(cfg, cfg.rollout), "target_multiple": target, "rel_tolerance": cfg.noise_rel_tolerance}
     return ChildJob(f"noise-{target:g}", Kind.NOISE_SOLVE, config, f"noise sigma for {target:g}x")
 
 
 def _measure_child(cfg: CalibrationJobConfig, source: TransferSource) -> ChildJob:
     """The multiple of a deployed source on the checkpoint (staleness read off its snapshot ring)."""
-    rollout = source.rollout.model_copy(update={"staleness": source.async_k})
-    config = {"model": cfg.model, "rollout": rollout.model_dump(mode="json"), "task": cfg.task,
-              "prompts": cfg.measure_prompts, "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed,
-              "metric": cfg.metric, "reference_engine": cfg.reference_engine, "trainer_dtype": cfg.unit_trainer,
-              "device": cfg.device, "threads": cfg.threads}
+    config = _measurement(cfg, source.rollout.model_copy(update={"staleness": source.async_k}))
     return ChildJob(f"measure-{source.name}", Kind.MISMATCH, config, f"multiple of {source.name}")
 
 

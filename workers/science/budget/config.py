@@ -23,8 +23,11 @@ MAX_TRANSFER_SOURCES = 8
 #: The mismatch a calibration's ladder is made of: weight noise re-drawn every step, or drawn
 #: once per run (a fixed bias, as quantization is).
 CalibrationSource = Literal["redrawn-noise", "persistent-noise"]
-#: The sources a deployed rollout config's mismatch comes from (``RolloutConfig.mismatch_sources``).
-DeployedSource = Literal["quantization", "staleness", "quantization+staleness"]
+
+
+def calibration_source_in_words(source: str | None) -> str:
+    """A budget's source in words (None: calibrated before sources were named, with re-drawn noise)."""
+    return "weight noise drawn once per run" if source == "persistent-noise" else "weight noise re-drawn every step"
 
 
 class TransferSource(_Strict):
@@ -200,8 +203,7 @@ class BudgetFields(_Strict):
     @property
     def calibrated_with(self) -> str:
         """The calibration's source in words."""
-        return {"persistent-noise": "weight noise drawn once per run"}.get(self.source or "",
-                                                                          "weight noise re-drawn every step")
+        return calibration_source_in_words(self.source)
 
 
 class BudgetSpec(BudgetFields):
