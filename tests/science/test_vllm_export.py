@@ -10,7 +10,7 @@ from opdweb.exports import FORMATS, Provenance, render
 from tests.science.test_engine_vllm import needs_vllm
 from workers.science.checkpoint_facts import read_checkpoint_facts
 from workers.science.config import RolloutConfig
-from workers.science.vllm_args import LLAMA_FUSED, vllm_engine_args
+from workers.science.vllm_args import FUSED_MODULES, vllm_engine_args
 
 pytestmark = [needs_vllm, pytest.mark.slow]
 
@@ -49,10 +49,10 @@ def test_vllm_builds_the_engine_config_of_every_export(student, partial):
     assert cache.kv_cache_dtype_skip_layers == (["0"] if 0 in cfg.keep_bf16 and cfg.kv_cache != "none" else [])
     if cfg.weights == "fp8_e4m3":
         ignore = engine.quant_config.ignored_layers  # as vLLM resolved them
-        ignored = {fused for fused in LLAMA_FUSED
+        ignored = {fused for fused in FUSED_MODULES
                    if should_ignore_layer(f"model.layers.0.{fused}", ignore=ignore,
                                           fused_mapping=Qwen2ForCausalLM.packed_modules_mapping, use_fnmatch=True)}
-        expected = {"layer 0 kept": set(LLAMA_FUSED), "attention kept": {"self_attn.qkv_proj", "self_attn.o_proj"}}
+        expected = {"layer 0 kept": set(FUSED_MODULES), "attention kept": {"self_attn.qkv_proj", "self_attn.o_proj"}}
         assert ignored == expected.get(next(k for k, v in EXPORTABLE.items() if v == partial), set())
 
 

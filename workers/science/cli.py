@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sys
+from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Sequence, Union, get_args, get_origin
 
@@ -59,12 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("import-gguf", help="a GGUF checkpoint as an ordinary checkpoint folder (safetensors)")
     source = g.add_mutually_exclusive_group(required=True)
     source.add_argument("--gguf", help="path of the .gguf file")
-    source.add_argument("--packaged", choices=["smollm2"],
-                        help="a GGUF the product ships as a package (smollm2: SmolLM2-135M-Instruct Q4_1)")
+    source.add_argument("--packaged", choices=["smollm2", "gemma3"],
+                        help="a GGUF the product ships as a package (smollm2: SmolLM2-135M-Instruct Q4_1; "
+                             "gemma3: Gemma 3 270M base Q4_K_M, Gemma Terms of Use, after `make gemma`)")
     g.add_argument("--out", required=True, help="the checkpoint folder to write (under the model roots)")
     g.add_argument("--force", action="store_true", help="replace an existing folder")
-    g.add_argument("--task", help="the task jobs with task 'auto' measure it on (gsm8k for --packaged smollm2)")
-    g.add_argument("--max-new-tokens", type=int, help="the response length those jobs sample (256 for smollm2)")
+    g.add_argument("--task", help="the task jobs with task 'auto' measure it on (gsm8k for --packaged)")
+    g.add_argument("--max-new-tokens", type=int, help="the response length those jobs sample (256 for --packaged)")
     g.add_argument("--json", action="store_true")
 
     d = sub.add_parser("derive-student", help="a student made from a teacher by keeping some of its layers")
@@ -93,15 +95,20 @@ def _derive_student(args) -> int:
 
 
 def _import_gguf(args) -> int:
-    from .gguf_import import import_gguf
-    from .packaged import SMOLLM2, packaged_file
+    import tempfile
 
-    path = packaged_file(*SMOLLM2) if args.packaged == "smollm2" else args.gguf
+    from .gguf_import import import_gguf
+    from .packaged import SMOLLM2, assemble_gemma3, packaged_file
+
     task = {"task": args.task or "gsm8k", "max_new_tokens": args.max_new_tokens or 256} \
-        if args.packaged == "smollm2" or args.task else None
-    if task and args.max_new_tokens is None and args.packaged != "smollm2":
+        if args.packaged or args.task else None
+    if task and args.max_new_tokens is None and not args.packaged:
         task.pop("max_new_tokens")
-    with _stdout_to_stderr(True):
+    with _stdout_to_stderr(True), tempfile.TemporaryDirectory(prefix=".gguf-", dir=_existing_parent(args.out)) as tmp:
+        if args.packaged == "gemma3":  # shipped in parts: put together beside the folder, then dropped
+            path = assemble_gemma3(Path(tmp))
+        else:
+            path = packaged_file(*SMOLLM2) if args.packaged == "smollm2" else args.gguf
         record = import_gguf(path, args.out, force=args.force, task=task)
     if args.json:
         print(json.dumps(record))
@@ -110,6 +117,13 @@ def _import_gguf(args) -> int:
               f"({record['note']}); logits match the GGUF-loaded model to {record['logits_max_abs_diff']:.3g}; "
               f"checkpoint hash {record['checkpoint_hash'][:12]}")
     return 0
+
+
+def _existing_parent(out: str) -> str:
+    """The folder ``out`` will be written in, made if it is missing."""
+    parent = Path(out).resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    return str(parent)
 
 
 def _add_kind(sub, kind: JobKind) -> None:

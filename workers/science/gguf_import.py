@@ -24,8 +24,10 @@ from .fingerprint import checkpoint_digest
 from .prompts import TASK_FILE
 
 GGUF_MAGIC = b"GGUF"
-#: GGUF architectures whose checkpoints the product names modules for (the Llama family).
-SUPPORTED_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
+#: GGUF architectures whose checkpoints the product names modules for: the Llama family and
+#: Gemma 3 (text), whose decoder linears carry the same names (``module_names.DECODER_LINEARS``).
+SUPPORTED_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM",
+                           "gemma3": "Gemma3ForCausalLM"}
 IMPORT_RECORD = "opdweb_import.json"
 CHECK_PROMPTS = ("The capital of France is", "Natalia sold clips to 48 of her friends in April,",
                  "def fibonacci(n):", "2 + 3 =")
@@ -43,9 +45,19 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _field(reader, key: str):
+    """A scalar GGUF metadata value (a string decoded), or None when the file has no such key."""
+    field = reader.fields.get(key)
+    if field is None or not field.data:
+        return None
+    value = field.parts[field.data[0]]
+    return bytes(value).decode() if field.types and field.types[0].name == "STRING" else value[0].item()
+
+
 def gguf_header(path: Path) -> dict:
-    """The architecture and file type a GGUF file declares; a :class:`ConfigError` for a file
-    that is missing, not GGUF, cut short or of an architecture the product cannot name."""
+    """The architecture, file type, licence and BOS rule a GGUF file declares; a
+    :class:`ConfigError` for a file that is missing, not GGUF, cut short or of an architecture
+    the product cannot name."""
     if not path.is_file():
         raise ConfigError(f"GGUF file {str(path)!r} does not exist")
     with path.open("rb") as f:
@@ -57,17 +69,29 @@ def gguf_header(path: Path) -> dict:
         from gguf import GGUFReader
 
         reader = GGUFReader(str(path))
-        arch_field = reader.fields["general.architecture"]
-        architecture = bytes(arch_field.parts[arch_field.data[0]]).decode()
-        file_type_field = reader.fields.get("general.file_type")
-        file_type = int(file_type_field.parts[file_type_field.data[0]][0]) if file_type_field else None
+        architecture = _field(reader, "general.architecture")
+        if architecture is None:
+            raise KeyError("general.architecture")
+        file_type = _field(reader, "general.file_type")
+        licence = _field(reader, "general.license")
+        add_bos = _field(reader, "tokenizer.ggml.add_bos_token")
     except (ValueError, KeyError, IndexError, OSError, struct.error) as exc:
         raise ConfigError(f"{path}: the GGUF file cannot be read (truncated or corrupt?): {exc}") from None
     if architecture not in SUPPORTED_ARCHITECTURES:
         raise ConfigError(f"{path}: GGUF architecture {architecture!r} is not one the product names modules for "
                           f"({', '.join(sorted(SUPPORTED_ARCHITECTURES))})")
     return {"architecture": architecture, "version": version,
-            "file_type": GGUF_FILE_TYPES.get(file_type, str(file_type)) if file_type is not None else None}
+            "file_type": GGUF_FILE_TYPES.get(file_type, str(file_type)) if file_type is not None else None,
+            "license": licence, "add_bos_token": bool(add_bos)}
+
+
+def _with_bos(tokenizer, wanted: bool):
+    """transformers' GGUF tokenizer ignores ``tokenizer.ggml.add_bos_token``: Gemma's asks for
+    BOS, and without it the model's text degenerates ("The capital of France is France. The
+    The The"). Set it so the saved tokenizer prepends BOS as llama.cpp does."""
+    if wanted and tokenizer.bos_token_id is not None and tokenizer("x").input_ids[:1] != [tokenizer.bos_token_id]:
+        tokenizer.add_bos_token = True
+    return tokenizer
 
 
 def _logits(model, tokenizer):
@@ -90,7 +114,8 @@ def import_gguf(gguf_path: str | Path, out: str | Path, *, name: str | None = No
         raise ConfigError(f"{target} exists; pass --force to replace it")
     try:
         loaded = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        tokenizer = _with_bos(AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name),
+                              header["add_bos_token"])
     except (ValueError, OSError, KeyError, RuntimeError) as exc:
         raise ConfigError(f"{source}: transformers cannot load this GGUF file: {exc}") from None
     config = loaded.config

@@ -3,7 +3,7 @@ per-layer KV-cache pseudo-names, and ``keep_bf16`` resolved against them.
 
 The engines resolve ``keep_bf16`` against the modules of the model they load
 (:func:`.engines.hf.targets.resolve_targets`); the exports resolve it against the module
-names of the checkpoint's architecture family (:func:`llama_linear_names`), read from its
+names of the checkpoint's architecture (:func:`decoder_linear_names`), read from its
 ``config.json`` alone, so a web process can say what a trainer's engine will keep in BF16
 without torch."""
 from __future__ import annotations
@@ -15,12 +15,12 @@ from .config import ConfigError, keep_pattern
 
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
-#: The decoder linears of the Llama family (Llama, Mistral, Qwen2, SmolLM2: the
-#: architectures whose checkpoints name their modules this way), per layer.
-LLAMA_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+#: The decoder linears, per layer, of the architectures whose checkpoints name their modules
+#: this way: the Llama family (Llama, Mistral, Qwen2/3, SmolLM2) and Gemma 3 (text).
+DECODER_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                  "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-LLAMA_ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                 "Qwen3ForCausalLM"})
+NAMED_ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                 "Qwen3ForCausalLM", "Gemma3ForCausalLM"})
 
 
 def layer_index(name: str) -> int | None:
@@ -32,9 +32,9 @@ def kv_pseudo_name(i: int) -> str:
     return f"model.layers.{i}.self_attn.kv_cache"
 
 
-def llama_linear_names(n_layers: int) -> list[str]:
-    """Every decoder linear of an ``n_layers`` Llama-family checkpoint, as Hugging Face names them."""
-    return [f"model.layers.{i}.{part}" for i in range(n_layers) for part in LLAMA_LINEARS]
+def decoder_linear_names(n_layers: int) -> list[str]:
+    """Every decoder linear of an ``n_layers`` checkpoint of a named architecture, as Hugging Face names them."""
+    return [f"model.layers.{i}.{part}" for i in range(n_layers) for part in DECODER_LINEARS]
 
 
 def resolve_keep_bf16(entries: Sequence[int | str], module_names: Sequence[str], n_layers: int) -> set[str]:
@@ -60,5 +60,5 @@ def resolve_keep_bf16(entries: Sequence[int | str], module_names: Sequence[str],
     return kept
 
 
-__all__ = ["LLAMA_ARCHITECTURES", "LLAMA_LINEARS", "kv_pseudo_name", "layer_index", "llama_linear_names",
+__all__ = ["NAMED_ARCHITECTURES", "DECODER_LINEARS", "kv_pseudo_name", "layer_index", "decoder_linear_names",
            "resolve_keep_bf16"]

@@ -70,14 +70,23 @@ class PromptSet:
         return sum(graded) / max(1, len(graded))
 
 
+#: How a natural-language problem is put to a base model (no chat template): the zero-shot
+#: format of lm-evaluation-harness's GSM8K task, so the model answers rather than continuing
+#: the question.
+BASE_MODEL_FORMAT = "Question: {}\nAnswer:"
+
+
 def encode_prompts(tokenizer, texts: Sequence[str], chat: bool = False) -> list[list[int]]:
-    """Token ids of ``texts``: with ``chat`` and a tokenizer that has a chat template, each a
-    user turn followed by the assistant's generation prompt (how the model was tuned to be
-    asked); otherwise the text with the tokenizer's special tokens (BOS)."""
+    """Token ids of ``texts``.  ``chat`` (natural-language problems): with a chat template, each
+    a user turn followed by the assistant's generation prompt (how the model was tuned to be
+    asked); without one (a base model), :data:`BASE_MODEL_FORMAT` with the tokenizer's special
+    tokens (BOS).  Otherwise the text itself with the special tokens."""
     if chat and getattr(tokenizer, "chat_template", None):
         rendered = [tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False,
                                                   add_generation_prompt=True) for t in texts]
         return [list(ids) for ids in tokenizer(rendered, add_special_tokens=False).input_ids]
+    if chat:
+        texts = [BASE_MODEL_FORMAT.format(t) for t in texts]
     return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=True).input_ids] if texts else []
 
 

