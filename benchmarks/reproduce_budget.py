@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_reliability import FAST, Stack, shut_down_redis, wait_for  # noqa: E402  (no Django)
+from plotly_png import render_png  # noqa: E402
 
 from opdweb.embedded_servers import start_embedded_redis  # noqa: E402
 
@@ -241,11 +242,6 @@ def _difference(at: dict | None) -> str:
     return f"{at['difference_points']:+.1f} {interval(at['difference_ci'])}: {at['agreement']}"
 
 
-PLOT_PAGE = """<!doctype html><html><head><script>{plotly}</script></head>
-<body style="margin:0"><div id="c" style="width:900px;height:480px"></div>
-<script>Plotly.newPlot("c", {traces}, {layout}, {{staticPlot: true}}).then(() => document.title = "done");</script></body></html>"""  # noqa: E501
-
-
 def budget_figure(r: dict) -> tuple[list, dict]:
     colours = ["#1971c2", "#e03131", "#2f9e44", "#f08c00", "#7048e8"]
     traces = []
@@ -260,26 +256,9 @@ def budget_figure(r: dict) -> tuple[list, dict]:
                        "error_y": {"type": "data", "array": sd, "visible": True}})
     layout = {"xaxis": {"type": "log", "title": {"text": "multiple of the BF16 engine's k3 (measured)"}},
               "yaxis": {"title": {"text": "held-out accuracy after equal steps (%)"}}, "showlegend": True,
-              "title": {"text": "Budget curves on the toy world (mean ± sd over seeds)"}, "margin": {"t": 50}}
+              "title": {"text": "Budget curves on the toy world (mean ± sd over seeds)"}, "margin": {"t": 50},
+              "height": 480}
     return traces, layout
-
-
-def render_png(traces: list, layout: dict, path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    html = PLOT_PAGE.format(plotly=(ROOT / "static/vendor/plotly-cartesian.min.js").read_text(),
-                            traces=json.dumps(traces),
-                            layout=json.dumps(layout))
-    with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False) as fh:
-        fh.write(html)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"], headless=True)
-        page = browser.new_page(viewport={"width": 900, "height": 480})
-        page.goto(f"file://{fh.name}")
-        page.wait_for_function("document.title === 'done'")
-        page.screenshot(path=str(path))
-        browser.close()
-    os.unlink(fh.name)
 
 
 def main() -> int:
@@ -358,7 +337,7 @@ def main() -> int:
     text = tables(result)
     (out / "results.md").write_text(text + "\n")
     if result["budgets"]:
-        render_png(*budget_figure(result), out / "budget_curves.png")
+        render_png([budget_figure(result)], out / "budget_curves.png")
     print(text)
     print(f"\n({result['total_s']:.0f} s with {args.gpu_workers} gpu worker(s); load average at the end: {load()})")
     shutil.rmtree(tmp, ignore_errors=True)
