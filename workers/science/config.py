@@ -316,6 +316,10 @@ class DriftJobConfig(_JobConfig):
     """Prefix drift of the config's decodes against the BF16 reference under the same seeds."""
 
     decode: Literal["sampled", "greedy"] = "sampled"
+    coupling: Literal["gumbel", "inverse_cdf"] = Field(
+        "gumbel", description="how both engines share random numbers: gumbel (an exponential per vocabulary entry, "
+                              "as vLLM samples: a token flips with probability at most 2TV/(1+TV)) or inverse_cdf "
+                              "(one uniform per position; flips far more often on a large vocabulary)")
     lengths: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64], max_length=64)
     bootstrap: int = Field(1000, ge=0, le=100_000)
 

@@ -1,8 +1,9 @@
 """Prefix drift: under the same seeds, where do the perturbed engine's decodes leave the
 reference's, and how much of the mismatch lies after that point?
 
-Both engines sample with common random numbers (one uniform per prompt and position), so
-their decodes coincide until the perturbation flips a token.  Tokens after the first
+Both engines sample with common random numbers (``coupling``: by default one exponential per
+prompt, position and vocabulary entry, :mod:`.engines.hf.sampling`), so their decodes
+coincide until the perturbation flips a token.  Tokens after the first
 divergence come from prefixes the reference would not have visited: per-token importance
 corrections cannot repair that part of the mismatch.
 """
@@ -104,6 +105,7 @@ def run_drift(cfg: DriftJobConfig, reporter: Reporter | None = None) -> DriftRep
         "task": session.task,
         "prompts": len(session.prompt_ids),
         "decode": cfg.decode,
+        "coupling": cfg.coupling,
         "rollout": rollout.model_dump(mode="json"),
         **stats,
         "mismatch_after_divergence": after,

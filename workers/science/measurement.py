@@ -209,7 +209,8 @@ class MeasurementSession:
         batch = self.prompt_ids[lo:hi]
         want_full = engine.name == "hf"
         t0 = time.perf_counter()
-        r = engine.sample(batch, cfg.sampling, seed=cfg.seed, offset=lo, return_full=want_full, on_step=on_step)
+        r = engine.sample(batch, cfg.sampling, seed=cfg.seed, offset=lo, return_full=want_full, on_step=on_step,
+                          coupling=getattr(self.job, "coupling", "inverse_cdf"))
         t1 = time.perf_counter()
         s = self.trainer.score(batch, r.tokens, r.mask, return_full=want_full,
                                temperature=logprob_temperature(cfg.sampling))

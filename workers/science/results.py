@@ -162,12 +162,16 @@ class SensitivityReport(JobResult):
 
 class DriftReport(JobResult):
     """The ``drift`` job: where perturbed decodes leave the reference's, and the share of
-    the mismatch after that point."""
+    the mismatch after that point (``coupling``: how the two engines shared random numbers;
+    absent from reports made before it was a setting, which used ``inverse_cdf``)."""
+
+    optional_keys = frozenset({"coupling"})
 
     model: str
     task: str
     prompts: int
     decode: str
+    coupling: str | None = None
     rollout: dict[str, Any]
     sequences: int
     diverged_fraction: float

@@ -52,6 +52,7 @@ class RolloutEngine(Protocol):
         offset: int = 0,
         return_full: bool = False,
         on_step: Callable[[int, int], None] | None = None,  # (tokens decoded, of how many), as it goes
+        coupling: str = "inverse_cdf",  # how common random numbers pick a token (hf/sampling.py)
     ) -> Rollouts: ...
 
     def score(

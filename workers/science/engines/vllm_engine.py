@@ -106,8 +106,11 @@ class VLLMEngine:
         return SamplingParams(**vllm_sampling_params(sampling), seed=seed, **extra)
 
     def sample(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig, seed: int, offset: int = 0,
-               return_full: bool = False, on_step: Callable[[int, int], None] | None = None) -> Rollouts:
-        """``on_step`` is not called: vLLM generates a batch in one call."""
+               return_full: bool = False, on_step: Callable[[int, int], None] | None = None,
+               coupling: str = "inverse_cdf") -> Rollouts:
+        """``on_step`` is not called: vLLM generates a batch in one call.  ``coupling`` is
+        vLLM's own whatever is asked: a seeded request samples by an exponential race, the
+        ``gumbel`` coupling, with vLLM's generator."""
         from vllm.inputs import TokensPrompt
 
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]

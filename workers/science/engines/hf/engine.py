@@ -13,7 +13,7 @@ from .kv_cache import make_cache
 from .kv_scales import KvAmax, calibration_prompt_ids, static_kv_amax, unit_kv_amax
 from .loading import load_model, load_model_config, load_tokenizer, resolve_device
 from .prepare import PreparedModel, prepare_rollout_model
-from .sampling import choose_tokens, left_pad, positions, prompt_uniforms
+from .sampling import choose_tokens, left_pad, positions, prompt_uniforms, race_tokens, step_exponentials
 
 #: Decode steps between two ``on_step`` calls of :meth:`HFEngine.sample`.
 PROGRESS_EVERY = 8
@@ -81,7 +81,8 @@ class HFEngine:
 
     @torch.no_grad()
     def sample(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig, seed: int, offset: int = 0,
-               return_full: bool = False, on_step: Callable[[int, int], None] | None = None) -> Rollouts:
+               return_full: bool = False, on_step: Callable[[int, int], None] | None = None,
+               coupling: str = "inverse_cdf") -> Rollouts:
         b = len(prompt_ids)
         steps = sampling.max_new_tokens
         u = prompt_uniforms(seed, offset, b, steps)
@@ -102,7 +103,10 @@ class HFEngine:
                              use_cache=True, logits_to_keep=1)
             logits = out.logits[:, -1, :].float()
             logp = torch.log_softmax(logits / temperature, dim=-1)
-            nxt = choose_tokens(logits, sampling, u[:, t])
+            if coupling == "gumbel":
+                nxt = race_tokens(logits, sampling, step_exponentials(seed, offset, b, t, logits.shape[-1]))
+            else:
+                nxt = choose_tokens(logits, sampling, u[:, t])
             alive = ~done
             tokens[:, t] = torch.where(alive, nxt, torch.full_like(nxt, self.pad_token_id))
             mask[:, t] = alive
