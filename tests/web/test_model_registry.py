@@ -212,6 +212,12 @@ def test_bootstrap_demo_registers_the_toy_pair_once(settings, tmp_path, toy_pair
     real = RegisteredModel.objects.get(kind="checkpoint")
     assert real.name.startswith("SmolLM2-135M-Instruct (real; from GGUF Q4_1") and real.team.slug == "demo"
     assert real.path == str((tmp_path / "models" / "smollm2-135m-instruct").resolve())
+    # Gemma 3 only where a user installed and imported it (Gemma Terms of Use): then beside SmolLM2
+    shutil.copytree(toy_pair / "teacher", tmp_path / "models" / "gemma3-270m")
+    call_command("bootstrap_demo")
+    gemma = RegisteredModel.objects.get(path=str((tmp_path / "models" / "gemma3-270m").resolve()))
+    assert gemma.name.startswith("Gemma 3 270M (real, base model, Gemma Terms of Use") and "4-bit" in gemma.name
+    assert RegisteredModel.objects.filter(kind="checkpoint").count() == 2
 
 
 def test_make_runs_real_model_import_is_skipped_once_done_and_not_fatal_when_it_fails(tmp_path, capsys):

