@@ -64,7 +64,7 @@ def kv_capacity(model_config, layer_formats: Sequence[str | None]) -> dict:
     layers = kv_geometry(model_config)[0]
     bf16 = kv_bytes_per_token(model_config, [None] * layers)
     cfg = kv_bytes_per_token(model_config, layer_formats)
-    out = {
+    out: dict[str, Any] = {
         "bytes_per_token_bf16": bf16,
         "bytes_per_token": cfg,
         "capacity_ratio": bf16 / cfg,

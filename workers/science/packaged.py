@@ -72,7 +72,7 @@ def assemble_gemma3(folder: Path) -> Path:
     with target.open("wb") as out:
         for part in parts:
             with part.open("rb") as f:
-                for block in iter(lambda f=f: f.read(1 << 20), b""):
+                while block := f.read(1 << 20):
                     digest.update(block)
                     out.write(block)
     if digest.hexdigest() != expected:
