@@ -3,6 +3,8 @@
 # student, and the admission measurement's wall time on a random Qwen2.5-1.5B-shaped model.
 # Needs only the host's torch + transformers (+ pydantic, pyyaml, numpy, safetensors); no vLLM,
 # no Django, nothing downloaded.  Results: JSON on stdout and in ${OUT:-.}/gpu_check.json.
+# REAL=1 then runs the real model's calibration in the same go (benchmarks/gpu_real_calibration.sh:
+# SmolLM2-135M-Instruct and a student derived from it on GSM8K; hours, in the product's .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -21,3 +23,6 @@ print(f"gpu_check: torch {torch.__version__}, {torch.cuda.get_device_name(0)}, c
 PYCHECK
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 "$PY" benchmarks/gpu_check.py --demo-dir "${DEMO_DIR:-var/toy/demo-gpu}" --out "$OUT_DIR/gpu_check.json" "$@"
+if [ "${REAL:-0}" = "1" ]; then
+    OUT="$OUT_DIR/real" benchmarks/gpu_real_calibration.sh
+fi

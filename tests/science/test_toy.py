@@ -72,11 +72,14 @@ def test_the_long_recipe_trains_on_worked_solutions_of_30_to_100_tokens():
     assert int(attn.sum(1).max()) <= recipe.max_positions
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_fresh_build_of_the_test_pair_is_the_shipped_pair_bit_for_bit(tmp_path, threads):
-    """The builder is a pure function of its recipe on this kind of machine: built afresh (in a
-    process of its own, at one and at two CPU threads) both checkpoints have the shipped
-    fixture's content hashes, so the committed figures can be rebuilt from the recipe."""
+def test_a_fresh_build_of_the_test_pair_is_deterministic_and_the_shipped_pairs_recipe(tmp_path):
+    """The builder is a pure function of its recipe on one machine at one thread count: built
+    afresh twice (each in a process of its own) both checkpoints are identical, bit for bit, and
+    the build is the shipped fixture's recipe with its sizes and its fully trained teacher.
+    Across machines the bits differ: CPUs with other vector units (AVX2, AVX-512) round the
+    same training differently, as do different thread counts on an AVX-512 machine, and the
+    student, 10 steps from its start, then lands elsewhere (0.23-0.53 accuracy seen against the
+    fixture's 0.38): the committed pair is the one every test and figure uses, never a rebuild."""
     import subprocess
     import sys
     from pathlib import Path
@@ -84,10 +87,17 @@ def test_a_fresh_build_of_the_test_pair_is_the_shipped_pair_bit_for_bit(tmp_path
     from workers.science.fingerprint import checkpoint_digest
 
     shipped = Path(__file__).parent / "fixtures" / "toy-test"
-    out = tmp_path / f"toy-{threads}"
-    build = subprocess.run([sys.executable, "-m", "workers", "build-toy-models", "--size", "test", "--out", str(out),
-                            "--threads", str(threads), "--json"], capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr
-    assert json.loads(build.stdout.splitlines()[-1])["cached"] is False
+    manifests = []
+    for attempt in ("a", "b"):
+        out = tmp_path / f"toy-{attempt}"
+        build = subprocess.run([sys.executable, "-m", "workers", "build-toy-models", "--size", "test", "--out",
+                                str(out), "--threads", "1", "--json"], capture_output=True, text=True, timeout=600)
+        assert build.returncode == 0, build.stderr
+        manifests.append(json.loads(build.stdout.splitlines()[-1]))
+        assert manifests[-1]["cached"] is False
     for role in ("teacher", "student"):
-        assert checkpoint_digest(out / role) == checkpoint_digest(shipped / role), role
+        assert checkpoint_digest(tmp_path / "toy-a" / role) == checkpoint_digest(tmp_path / "toy-b" / role), role
+    fixture = json.loads((shipped / "manifest.json").read_text())
+    for key in ("builder_version", "recipe", "teacher_params", "student_params", "teacher_accuracy"):
+        assert manifests[0][key] == fixture[key], key
+    assert fixture["teacher_accuracy"] == 1.0
