@@ -74,6 +74,13 @@ def ci(pair) -> str:
     return f"[{fmt(pair[0])}, {fmt(pair[1])}]" if pair else "-"
 
 
+def capacity(kv: dict) -> str:
+    """The KV capacity against BF16, and at the longest context where sliding-window layers hold less."""
+    at = kv.get("at_context")
+    longest = f" ({fmt(at['capacity_ratio'])}x at {at['tokens']:,} tokens)" if at else ""
+    return f"{fmt(kv.get('capacity_ratio'))}x{longest}"
+
+
 def bench_model(name: str, model: str, args) -> dict:
     cache = Path(args.cache_dir) / name
     common = ["--model", model, "--prompts", str(args.prompts), "--max-new-tokens", str(args.max_new_tokens),
@@ -96,7 +103,7 @@ def bench_model(name: str, model: str, args) -> dict:
                          unit_factor=result.get("unit_factor"), warnings=result.get("warnings"))
             against_vllm = f" | {fmt(other.get('multiple'))} | {ci(other.get('multiple_ci'))}" if args.vllm_unit else ""
             print(f"| {row} | {fmt(result['multiple'])} | {ci(result['multiple_ci'])}{against_vllm} | "
-                  f"{result['tokens']:,} | {fmt(kv.get('capacity_ratio'))}x capacity | {wall:.0f} s |", flush=True)
+                  f"{result['tokens']:,} | {capacity(kv)} capacity | {wall:.0f} s |", flush=True)
         else:
             print(f"| {row} | refused: {error} |{' | |' if args.vllm_unit else ''} | | | {wall:.0f} s |", flush=True)
         out["rows"].append(entry)
@@ -127,9 +134,8 @@ def bench_model(name: str, model: str, args) -> dict:
             top = ", ".join(f"{r['unit'].removeprefix('model.')} {fmt(r['multiple'])}x" for r in ranking[:5])
             if recipe.get("reached"):
                 kept = [str(k) for k in recipe.get("keep_bf16") or []]  # layer indices, or module names
-                capacity = (recipe.get("kv_cache") or {}).get("capacity_ratio")
                 chosen = (f"keep {', '.join(kept) or 'nothing'} in BF16: {fmt(recipe['multiple'])}x "
-                          f"{ci(recipe['multiple_ci'])}, KV capacity {fmt(capacity)}x")
+                          f"{ci(recipe['multiple_ci'])}, KV capacity {capacity(recipe.get('kv_cache') or {})}")
             else:
                 chosen = recipe.get("note") or "no recipe under the target"
             print(f"\n{granularity} scan of {SCANNED} ({len(ranking)} units, {entry['measurements']} measurements, "
