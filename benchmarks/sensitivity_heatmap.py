@@ -47,8 +47,9 @@ def panels(inputs: list[str]) -> list[dict]:
         scan = module_scan(Path(file), name)
         grid = module_heatmap([SensitivityRow.model_validate(row) for row in scan["ranking"]])
         log_z = [[None if v is None or v <= 0 else math.log10(v) for v in row] for row in grid["z"]]
-        title = f"{name}: whole config {scan['multiple']:.3g}x" if scan["multiple"] else name
-        out.append({"title": f"{title} ({scan['sample']} per measurement)" if scan["sample"] else title,
+        whole = f"; the whole config {scan['multiple']:.3g}x" if scan["multiple"] else ""
+        sample = f"; {scan['sample']} per measurement" if scan["sample"] else ""
+        out.append({"title": f"{name}: each part alone in FP8, multiple of the BF16 unit{whole}{sample}",
                     "layers": grid["layers"], "modules": grid["modules"], "z": grid["z"], "log_z": log_z})
     return out
 
