@@ -13,7 +13,14 @@ import pytest
 
 from workers.science.config import ConfigError
 from workers.science.gguf_import import gguf_header
-from workers.science.packaged import GEMMA3_FILE, GEMMA3_PARTS, GEMMA3_SUMS, assemble_gemma3, packaged_file
+from workers.science.packaged import (
+    GEMMA3_FILE,
+    GEMMA3_INSTALL,
+    GEMMA3_PARTS,
+    GEMMA3_SUMS,
+    assemble_gemma3,
+    packaged_file,
+)
 from workers.science.prompts import BASE_MODEL_FORMAT, encode_prompts
 
 
@@ -115,7 +122,7 @@ def test_a_base_model_is_asked_in_the_question_answer_format_and_a_chat_model_in
 def test_the_packaged_gemma3_imports_with_bos_and_the_gguf_models_logits(tmp_path):
     """Where ``make gemma`` installed the parts: the real command, the real folder."""
     try:
-        packaged_file(*GEMMA3_SUMS)
+        packaged_file(*GEMMA3_SUMS, install=GEMMA3_INSTALL)
     except ConfigError as exc:
         pytest.skip(f"Gemma 3 is optional (Gemma Terms of Use): {exc}")
     import torch
