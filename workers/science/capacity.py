@@ -17,11 +17,16 @@ from typing import Any, Sequence
 KV_BYTES = {"none": 2.0, "bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
 
 
+def _value(model_config: Any, key: str) -> Any:
+    """``key`` of a HF config object or dict (None where it has none)."""
+    return model_config.get(key) if isinstance(model_config, dict) else getattr(model_config, key, None)
+
+
 def kv_geometry(model_config: Any) -> tuple[int, int, int]:
     """(layers, kv_heads, head_dim) of a HF config object or dict."""
 
     def get(key: str) -> Any:
-        return model_config.get(key) if isinstance(model_config, dict) else getattr(model_config, key, None)
+        return _value(model_config, key)
 
     layers = int(get("num_hidden_layers"))
     heads = int(get("num_attention_heads"))
@@ -41,12 +46,8 @@ def kv_bytes_per_token(model_config, layer_formats: Sequence[str | None]) -> flo
 def sliding_windows(model_config: Any) -> list[int | None]:
     """Per layer, the window a sliding-attention layer holds (None: every token), from the
     config's ``layer_types`` and ``sliding_window``; all None for a model without them."""
-
-    def get(key: str) -> Any:
-        return model_config.get(key) if isinstance(model_config, dict) else getattr(model_config, key, None)
-
     layers = kv_geometry(model_config)[0]
-    types, window = get("layer_types"), get("sliding_window")
+    types, window = _value(model_config, "layer_types"), _value(model_config, "sliding_window")
     if not types or not window or len(types) != layers:
         return [None] * layers
     return [int(window) if kind == "sliding_attention" else None for kind in types]
@@ -72,8 +73,7 @@ def kv_capacity(model_config, layer_formats: Sequence[str | None]) -> dict:
         "layers": layers,
     }
     windows = sliding_windows(model_config)
-    context = (model_config.get("max_position_embeddings") if isinstance(model_config, dict)
-               else getattr(model_config, "max_position_embeddings", None))
+    context = _value(model_config, "max_position_embeddings")
     if any(w is not None for w in windows) and context:
         at_bf16 = _bytes_at(model_config, [None] * layers, windows, int(context))
         at_cfg = _bytes_at(model_config, layer_formats, windows, int(context))
