@@ -8,6 +8,10 @@ no downloads).
    Qwen2.5-1.5B's shape (28 layers, hidden 1536, 12 heads / 2 KV heads of 128, MLP 8960,
    vocab 151936), FP8 W8A8 weights + FP8 KV cache, against the floor (bare sampling + one
    scoring pass).
+3. With ``--smollm2 DIR`` (an imported SmolLM2-135M-Instruct, ``python -m workers import-gguf
+   --packaged smollm2``): FP8 W + KV (per-channel weights, FP8 KV cache) on GSM8K, 64 prompts
+   x 128 tokens, hf BF16 unit with an fp32 trainer (the pair the CPU figure was measured in),
+   its wall time; then W8A8 through ``torch._scaled_mm`` against the same arithmetic emulated.
 """
 from __future__ import annotations
 
@@ -109,6 +113,27 @@ def qwen15b_admission(prompts: int, max_new_tokens: int, batch: int, out: dict, 
     log(json.dumps(out["qwen15b_admission"]))
 
 
+def smollm2_fp8(model: str, out: dict, device: str = "cuda", prompts: int = 64, max_new_tokens: int = 128) -> None:
+    from workers.science.config import MismatchJobConfig, RolloutConfig
+    from workers.science.mismatch import run_mismatch
+
+    configs = [("fp8 W + KV", dict(weights="fp8_e4m3", weight_scale="channel", kv_cache="fp8_e4m3")),
+               ("fp8 W8A8 scaled_mm", dict(weights="fp8_e4m3", activations="fp8_e4m3", fp8_matmul="scaled_mm")),
+               ("fp8 W8A8 emulated", dict(weights="fp8_e4m3", activations="fp8_e4m3", fp8_matmul="emulate"))]
+    rows = []
+    for name, rollout in configs:
+        job = MismatchJobConfig(model=model, rollout=RolloutConfig(**rollout), task="gsm8k", prompts=prompts,
+                                max_new_tokens=max_new_tokens, batch_size=64, device=device, target_ci=0,
+                                reference_engine="hf", trainer_dtype="fp32")
+        t0 = time.perf_counter()
+        r = run_mismatch(job).model_dump(mode="json")
+        rows.append({"config": name, "multiple": r["multiple"], "multiple_ci": r["multiple_ci"], "k3": r["value"],
+                     "unit_k3": r["reference_value"], "unit": r["unit"], "tokens": r["tokens"],
+                     "backend_used": r["engine"].get("fp8_backend"), "wall_s": round(time.perf_counter() - t0, 2)})
+        log(json.dumps(rows[-1]))
+    out["smollm2_gsm8k"] = {"prompts": prompts, "max_new_tokens": max_new_tokens, "rows": rows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--demo-dir", default="var/toy/demo")
@@ -119,6 +144,7 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--device", default="cuda", help="cuda; cpu only for a dry run of the code paths")
     ap.add_argument("--tiny", action="store_true", help="dry run: a 2-layer model with the 1.5B vocabulary")
+    ap.add_argument("--smollm2", default=None, help="an imported SmolLM2-135M-Instruct folder: check 3")
     ap.add_argument("--size", default="demo", choices=["demo", "test"], help="toy size for check 1 (test: dry run)")
     args = ap.parse_args()
 
@@ -143,6 +169,8 @@ def main() -> int:
     steps = [("fp8", lambda: fp8_real_vs_emulated(f"{args.demo_dir}/student", args.prompts, out, args.device)),
              ("admission", lambda: qwen15b_admission(args.admission_prompts, args.max_new_tokens, args.batch_size, out,
                                                      args.device, args.tiny))]
+    if args.smollm2:
+        steps.append(("smollm2", lambda: smollm2_fp8(args.smollm2, out, args.device)))
     for name, fn in steps:
         try:
             fn()
