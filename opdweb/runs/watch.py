@@ -17,8 +17,11 @@ first such step; its exports say so from then on).
 
 The budget at a step: the link's budget, or, where the team has current budgets of the same
 task, method, metric and unit pair at other steps (a budget's step is the training step of
-the checkpoint it was calibrated on, ``MismatchBudget.step``), the straight line between the
-two that bracket the run's step, held flat beyond the first and the last.
+the checkpoint it was calibrated on, ``MismatchBudget.step``), the one interpolation the
+training re-check uses too (:func:`workers.science.verdicts.budget_at`: log-linear
+between the two that bracket the run's step, flat beyond the first and the last).  The budget
+rule is :data:`~workers.science.verdicts.OVER_FOR_CONSECUTIVE_STEPS`: a cluster run
+logs one multiple per step with no interval, so the watch asks for several steps over.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ from opdweb.runs.mlflow_requests import MetricIn
 from opdweb.runs.models import Alert, AlertKind, RunLink, RunWatchState, WatchRule
 from opdweb.teams import audit
 from workers.science.kinds import Kind
+from workers.science.verdicts import OVER_FOR_CONSECUTIVE_STEPS, budget_at
 
 #: How many recent multiples the growth rate is fitted on.
 GROWTH_WINDOW = 10
@@ -65,18 +69,6 @@ def budget_points(budget: MismatchBudget) -> list[tuple[int, float]]:
     if budget.budget is not None:
         by_step[budget.step] = budget.budget
     return sorted(by_step.items())
-
-
-def budget_at(points: list[tuple[int, float]], step: int) -> float | None:
-    """The budget at ``step``: linear between the bracketing calibrated steps, flat outside."""
-    if not points:
-        return None
-    if step <= points[0][0]:
-        return points[0][1]
-    for (s0, b0), (s1, b1) in zip(points, points[1:], strict=False):
-        if step <= s1:
-            return b0 + (b1 - b0) * (step - s0) / (s1 - s0)
-    return points[-1][1]
 
 
 def slope_per_1k(recent: list[list[float]]) -> float | None:
@@ -150,7 +142,8 @@ def _observe_multiple(job, link, rule, state, points, m: MetricIn) -> list[Alert
             step = state.above_since_step
             raised.append(_raise(job, link, state, AlertKind.BUDGET, step, m.value, budget,
                                  f"the multiple {m.value:.4g}x BF16 is above the budget {budget:.4g}x BF16 since "
-                                 f"step {step} ({state.above_count} steps in a row)"))
+                                 f"step {step} ({state.above_count} steps in a row; rule "
+                                 f"{OVER_FOR_CONSECUTIVE_STEPS})"))
             _mark_breached(link, job, step)
     elif budget is not None:
         state.above_count, state.above_since_step = 0, None

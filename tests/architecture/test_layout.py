@@ -178,3 +178,15 @@ def test_every_domain_has_its_app_and_each_trainer_its_export_module():
     assert not (ROOT / "opdweb" / "configs").exists(), "opdweb/configs/ was split into rollouts, approvals, exports"
     for trainer in TRAINERS:
         assert (ROOT / "opdweb" / "exports" / f"{trainer}.py").exists(), f"no export module for {trainer}"
+
+
+def test_the_budget_over_training_is_computed_in_one_place():
+    """One ``budget_at`` (workers/science/verdicts.py), used by the training re-check
+    and the run watch alike: two formulas for one question gave 100x and 505x at one step."""
+    defined = [str(path.relative_to(ROOT)) for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.FunctionDef) and node.name == "budget_at"]
+    assert defined == ["workers/science/verdicts.py"], defined
+    users = {module_name(p) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+             if "workers.science.verdicts" in imports_of(p)}
+    assert {"opdweb.runs.watch", "workers.science.training.recheck"} <= users, users

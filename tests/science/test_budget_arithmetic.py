@@ -9,7 +9,6 @@ import pytest
 from workers.science.budget.arithmetic import (
     Level,
     bisect_target,
-    decide,
     difference_interval,
     extend_ladder,
     find_budget,
@@ -17,11 +16,11 @@ from workers.science.budget.arithmetic import (
     judge_drop,
     ladder,
     learning,
-    prompts_to_decide,
 )
 from workers.science.budget.noise import Trial, next_sigma, solve_sigma
 from workers.science.budget.student_t import t_quantile, two_sided
 from workers.science.config import ConfigError
+from workers.science.verdicts import decide, prompts_to_decide
 
 
 def level(multiple, accs):

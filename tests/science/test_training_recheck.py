@@ -1,5 +1,5 @@
-"""Admission re-checks while training: the budget that applies at a step, and a run whose
-rollout config leaves its budget flagged at the right step."""
+"""Admission re-checks while training: a run whose rollout config leaves its budget is flagged
+at the right step, decided by the admission's own rule on a CI."""
 from __future__ import annotations
 
 import logging
@@ -8,19 +8,8 @@ import math
 import pytest
 
 from workers.science.reporting import RecordingReporter
-from workers.science.training.config import BudgetAtStep, OPDConfig
+from workers.science.training.config import OPDConfig
 from workers.science.training.job import run_training
-from workers.science.training.recheck import budget_at
-
-
-def test_the_budget_at_a_step_is_interpolated_log_linearly_and_held_flat_outside():
-    budgets = [BudgetAtStep(step=100, multiple=10.0), BudgetAtStep(step=0, multiple=1000.0)]
-    assert budget_at(budgets, 0) == pytest.approx(1000.0)
-    assert budget_at(budgets, 50) == pytest.approx(100.0)  # halfway in log: sqrt(1000 * 10)
-    assert budget_at(budgets, 75) == pytest.approx(10 ** 1.5)
-    assert budget_at(budgets, 100) == pytest.approx(10.0) and budget_at(budgets, 10_000) == pytest.approx(10.0)
-    assert budget_at([BudgetAtStep(step=5, multiple=3.0)], 0) == 3.0
-    assert budget_at([], 3) is None
 
 
 def test_a_run_that_leaves_its_budget_is_flagged_at_that_step(student, teacher, caplog):
@@ -36,6 +25,10 @@ def test_a_run_that_leaves_its_budget_is_flagged_at_that_step(student, teacher, 
     assert [c["budget"] for c in checks] == pytest.approx([1e9, 1.5, 1.5])
     assert all(c["multiple"] is not None and math.isfinite(c["multiple"]) and c["multiple"] > 1.5 for c in checks)
     assert [c["within"] for c in checks] == [True, False, False]
+    # the admission's rule, on a paired-bootstrap CI around the multiple
+    assert [c["verdict"] for c in checks] == ["pass", "fail", "fail"]
+    assert all(c["multiple_ci"][0] <= c["multiple"] <= c["multiple_ci"][1] for c in checks)
+    assert checks[1]["multiple_ci"][0] > 1.5 and {c["rule"] for c in checks} == {"ci_against_budget"}
     assert report["admission"]["left_budget_at_step"] == 2
     flags = [(s, v) for s, k, v in rep.points if k == "admission/within_budget"]
     assert flags == [(0, 1.0), (2, 0.0), (4, 0.0)]

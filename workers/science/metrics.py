@@ -239,6 +239,16 @@ def multiple_with_ci(
     both measurements are resampled with the same prompt indices."""
     s1, c1 = per_sequence_sums(rec, metric, n_sequences)
     s0, c0 = per_sequence_sums(ref, metric, n_sequences)
+    return ratio_with_ci(s1, c1, s0, c0, n_boot, seed, level)
+
+
+def ratio_with_ci(s1: np.ndarray, c1: np.ndarray, s0: np.ndarray, c0: np.ndarray, n_boot: int = 1000,
+                  seed: int = 0, level: float = 0.95) -> tuple[float | None, list[float] | None]:
+    """The ratio of two token means given per sequence as sums and counts (``s1/c1`` over
+    ``s0/c0``: a config's metric over its reference's), with a paired bootstrap over the
+    sequences: both sides are resampled with the same indices, since sequence i of each
+    answers the same prompt under the same seed."""
+    n_sequences = len(s1)
     value = _ratio(s1.sum(), c1.sum(), s0.sum(), c0.sum())
     if n_boot <= 0 or value is None or n_sequences < 2:
         return value, None

@@ -2,7 +2,7 @@
 
 It measures the config's multiple on the checkpoint's own rollouts (no teacher, no
 training; the mismatch job's measurement, on the budget's metric and unit engine) and
-gives the verdict of :func:`~workers.science.budget.arithmetic.decide`, the margin, the
+gives the verdict of :func:`~workers.science.verdicts.decide`, the margin, the
 KV capacity gain, the prefix drift diagnostic and, when asked, the layers that contribute
 most and the cheapest recipe within the budget.  A budget calibrated on another checkpoint
 (content hash), task, metric or unit pair (engine and trainer) is refused before anything is
@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..config import ConfigError, DriftJobConfig, MismatchJobConfig
 from ..fingerprint import checkpoint_digest
 from ..reporting import NullReporter, Reporter, SubReporter
-from .arithmetic import decide
+from ..verdicts import decide
 from .config import AdmissionJobConfig, BudgetSpec
 from .results import AdmissionVerdict
 

@@ -31,9 +31,7 @@ it exists only where the BF16 baseline learns: :func:`learning` requires the low
 baseline's gain over the starting checkpoint (paired per seed) to exceed a margin (the
 tolerance by default); otherwise the calibration is *uninformative* and stores no budget.
 
-**The verdict.**  ``pass`` when the multiple's 95% CI lies entirely below the budget, ``fail``
-when entirely above, ``inconclusive`` when it straddles (or touches) the budget; the
-prompts that would likely decide it assume the CI's half-width shrinks as 1/sqrt(prompts).
+**The verdict** of a measured multiple against the budget is :func:`workers.science.verdicts.decide`.
 """
 from __future__ import annotations
 
@@ -41,10 +39,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
+from ..verdicts import BudgetStatus
 from .student_t import two_sided
 
-BudgetStatus = Literal["reached", "not_reached", "below_ladder"]
-Verdict = Literal["pass", "fail", "inconclusive"]
 Judgement = Literal["within", "beyond", "inconclusive"]
 
 
@@ -249,43 +246,3 @@ def judge_agreement(low: float | None, high: float | None, tolerance_points: flo
     return "inconclusive"
 
 
-@dataclass(frozen=True)
-class Decision:
-    verdict: Verdict
-    reason: str
-    margin: float | None  # budget / multiple: above 1 is room to spare
-    prompts_to_decide: int | None = None
-
-
-def decide(multiple: float | None, ci: Sequence[float | None] | None, budget: float | None, status: BudgetStatus,
-           prompts: int) -> Decision:
-    """The admission verdict of a measured multiple (with its 95% CI over ``prompts``
-    prompts) against a budget (see the module docstring)."""
-    if budget is None or status == "below_ladder":
-        return Decision("fail", "the budget is below the lowest calibrated level: no mismatch above BF16 was "
-                                "tolerated", None)
-    if multiple is None or ci is None or len(ci) != 2 or ci[0] is None or ci[1] is None:
-        return Decision("inconclusive", "the multiple has no confidence interval (too few prompts, or a zero "
-                                        "BF16 reference); measure more prompts", None)
-    lo, hi = float(ci[0]), float(ci[1])
-    margin = budget / multiple if multiple > 0 else math.inf
-    if hi < budget:
-        return Decision("pass", f"the 95% CI [{lo:.3g}, {hi:.3g}] lies below the budget {budget:.3g}x", margin)
-    if status == "not_reached":
-        return Decision("inconclusive", f"the CI [{lo:.3g}, {hi:.3g}] reaches past {budget:.3g}x, the highest "
-                                        "level calibrated (every level stayed within tolerance); extend the "
-                                        "calibration's ladder", margin)
-    if lo > budget:
-        return Decision("fail", f"the 95% CI [{lo:.3g}, {hi:.3g}] lies above the budget {budget:.3g}x", margin)
-    return Decision("inconclusive", f"the 95% CI [{lo:.3g}, {hi:.3g}] contains the budget {budget:.3g}x", margin,
-                    prompts_to_decide(multiple, (lo, hi), budget, prompts))
-
-
-def prompts_to_decide(multiple: float, ci: tuple[float, float], budget: float, prompts: int) -> int | None:
-    """Prompts at which the CI would likely clear the budget, if its half-width shrinks as
-    1/sqrt(prompts) around the same multiple; None when the multiple sits on the budget."""
-    gap = abs(multiple - budget)
-    half = (ci[1] - ci[0]) / 2
-    if gap <= 1e-12 * max(1.0, abs(budget)) or half <= 0:
-        return None
-    return max(prompts + 1, math.ceil(prompts * (half / gap) ** 2))

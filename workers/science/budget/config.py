@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from ..config import MetricName, MismatchJobConfig, RolloutConfig, TrainerDtype, UnitEngine, _Strict
 from ..results import unit_pair
 from ..training.config import TrainJobConfig
-from .arithmetic import BudgetStatus
+from ..verdicts import BudgetStatus
 
 MAX_LEVELS = 16
 MAX_TRANSFER_SOURCES = 8

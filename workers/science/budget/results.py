@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from ..results import CI, JobResult, MismatchReport, UnitOfMultiple
-from .arithmetic import Agreement, BudgetStatus, Judgement, Verdict
+from ..verdicts import BudgetStatus, Verdict
+from .arithmetic import Agreement, Judgement
 from .config import BudgetFields, BudgetSpec
 
 #: A calibration's outcome: a budget's status, or ``uninformative`` (no budget: the baseline

@@ -143,6 +143,20 @@ def weight_stats(w: torch.Tensor, mask: torch.Tensor, clipped: torch.Tensor | No
     return out
 
 
+def k3_sequence_sums(lp_train: torch.Tensor, lp_roll: torch.Tensor, mask: torch.Tensor):
+    """Per sequence (row), the sum of the masked tokens' k3 (:func:`k3`'s terms) and how many
+    tokens count: what a bootstrap over sequences resamples.  Two float64 numpy arrays."""
+    import numpy as np
+
+    from ..metrics import k3_terms
+
+    keep = mask.bool().cpu().numpy()
+    roll = lp_roll.detach().to(torch.float64).cpu().numpy()
+    train = lp_train.detach().to(torch.float64).cpu().numpy()
+    terms = np.where(keep, k3_terms(roll, train), 0.0)
+    return terms.sum(axis=1), keep.sum(axis=1).astype(np.float64)
+
+
 def k3(lp_train: torch.Tensor, lp_roll: torch.Tensor, mask: torch.Tensor) -> float:
     """Mismatch of the rollout engine against the trainer on the same tokens: the token mean
     of the measurement's own per-token k3 (:func:`workers.science.metrics.k3_terms`, the one

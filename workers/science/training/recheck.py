@@ -4,37 +4,23 @@ measured at every evaluation, against the budget that applies at that step.
 The multiple is measured as the admission check measures it, on the trainer's own current
 weights: the rollout engine (this config, this step's noise draw) and a plain BF16 engine
 each sample the same prompts under the same seed, the trainer scores both, and the ratio of
-their k3 is the multiple (the BF16 reference is re-measured each time: it moves with the
-weights too).  Where budgets were calibrated at several checkpoints the one that applies at
-step t is interpolated between its neighbours (log-linear in the multiple), and held flat
-before the first and after the last.
+their k3 is the multiple, with a paired bootstrap CI over the prompts (the BF16 reference is
+re-measured each time: it moves with the weights too).  The verdict is the admission's own
+rule (:data:`~workers.science.verdicts.CI_AGAINST_BUDGET`) against the budget at the
+step (:func:`~workers.science.verdicts.budget_at`): the run leaves its budget at the
+first evaluation whose CI lies wholly above it.
 """
 from __future__ import annotations
 
-import bisect
 import logging
-import math
-from typing import Sequence
 
-from .config import BudgetAtStep
+from ..metrics import ratio_with_ci
+from ..verdicts import CI_AGAINST_BUDGET, budget_at, decide
 
 log = logging.getLogger(__name__)
 
-
-def budget_at(budgets: Sequence[BudgetAtStep], step: int) -> float | None:
-    """The budget that applies at ``step`` (see the module docstring); None without budgets."""
-    if not budgets:
-        return None
-    points = sorted(budgets, key=lambda b: b.step)
-    steps = [b.step for b in points]
-    i = bisect.bisect_right(steps, step)
-    if i == 0:
-        return points[0].multiple
-    if i == len(points):
-        return points[-1].multiple
-    a, b = points[i - 1], points[i]
-    f = (step - a.step) / (b.step - a.step)
-    return math.exp(math.log(a.multiple) + f * (math.log(b.multiple) - math.log(a.multiple)))
+#: Bootstrap resamples of the re-check's CI (the admission check's default).
+BOOTSTRAP = 1000
 
 
 class AdmissionRecheck:
@@ -42,32 +28,38 @@ class AdmissionRecheck:
 
     def __init__(self, trainer) -> None:  # an OnPolicyTrainer
         self.trainer = trainer
-        self.budgets = list(trainer.config.budget)
+        self.budgets = [(b.step, b.multiple) for b in trainer.config.budget]
         self.checks: list[dict] = []
         self.left_at: int | None = None
 
-    def multiple_now(self, step: int) -> float | None:
+    def multiple_now(self, step: int) -> tuple[float | None, list[float] | None, int]:
+        """The multiple at the current weights, its 95 % CI and the prompts it was measured on."""
         t = self.trainer
         problems = t.train_problems(step)
-        reference = t.k3_against_trainer(t.bf16_config(), problems, step)
-        return t.k3_against_trainer(t.rollout_config(step), problems, step) / reference if reference > 0 else None
+        s0, c0 = t.k3_sums_against_trainer(t.bf16_config(), problems, step)
+        s1, c1 = t.k3_sums_against_trainer(t.rollout_config(step), problems, step)
+        multiple, ci = ratio_with_ci(s1, c1, s0, c0, n_boot=BOOTSTRAP, seed=step)
+        return multiple, ci, len(problems)
 
     def check(self, step: int) -> dict:
-        multiple = self.multiple_now(step)
+        multiple, ci, prompts = self.multiple_now(step)
         budget = budget_at(self.budgets, step)
-        within = None if budget is None or multiple is None else multiple <= budget
-        entry = {"step": step, "multiple": multiple, "budget": budget, "within": within}
+        decision = decide(multiple, ci, budget, "reached", prompts) if budget is not None else None
+        verdict = None if decision is None else decision.verdict
+        entry = {"step": step, "multiple": multiple, "multiple_ci": ci, "budget": budget, "verdict": verdict,
+                 "within": None if verdict is None else verdict == "pass",
+                 "reason": None if decision is None else decision.reason, "rule": CI_AGAINST_BUDGET}
         self.checks.append(entry)
         values: dict[str, float] = {} if multiple is None else {"admission/multiple": multiple}
-        if within is not None and budget is not None:
-            values["admission/within_budget"] = float(within)
+        if verdict is not None and budget is not None:
+            values["admission/within_budget"] = float(verdict == "pass")
             values["admission/budget"] = budget
         self.trainer.reporter.log(step, values)
-        if within is False and self.left_at is None:
+        if verdict == "fail" and self.left_at is None:
             self.left_at = step
-            log.warning("admission: at step %d the rollout config's multiple %.3gx left the budget %.3gx",
-                        step, multiple, budget)
+            log.warning("admission: at step %d the rollout config left the budget %.3gx: %s",
+                        step, budget, decision.reason if decision else "")
         return entry
 
     def report(self) -> dict:
-        return {"checks": self.checks, "left_budget_at_step": self.left_at}
+        return {"checks": self.checks, "left_budget_at_step": self.left_at, "rule": CI_AGAINST_BUDGET}

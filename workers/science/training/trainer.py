@@ -343,11 +343,16 @@ class OnPolicyTrainer:
     def k3_against_trainer(self, cfg: RolloutConfig, problems: Sequence[Problem], step: int) -> float:
         """k3 of an engine built from ``cfg`` on the current weights, sampling ``problems``
         with the seed of ``step``, against the trainer on the same tokens."""
+        sums, counts = self.k3_sums_against_trainer(cfg, problems, step)
+        return float(sums.sum() / counts.sum()) if counts.sum() > 0 else 0.0
+
+    def k3_sums_against_trainer(self, cfg: RolloutConfig, problems: Sequence[Problem], step: int):
+        """As :meth:`k3_against_trainer`, per sequence: each one's k3 sum and token count."""
         r = self.rollout(problems, step, self.step, cfg)
         with torch.no_grad():
             logp = response_logprobs(self.model, r.prompt_ids, r.tokens, r.mask, self.pad_id, self.device)
         lp = logp.gather(-1, r.tokens.to(self.device)[..., None]).squeeze(-1).cpu()
-        return losses.k3(lp, r.logprobs, r.mask)
+        return losses.k3_sequence_sums(lp, r.logprobs, r.mask)
 
     def _evaluate(self, step: int) -> float:
         t0 = time.perf_counter()
