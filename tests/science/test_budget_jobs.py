@@ -68,6 +68,31 @@ def test_admission_of_bf16_passes_and_a_pushed_config_fails(student, tmp_path, b
     assert report["drift"]["prompts"] == 32 and 0.0 <= report["drift"]["diverged_fraction"] <= 1.0
 
 
+def test_where_the_unit_measures_zero_the_admission_decides_on_the_absolute_k3(student, tmp_path, budget_file):
+    """The hf BF16 engine against a BF16 trainer computes the trainer's own logprobs: the unit's
+    k3 is 0 and every multiple undefined.  The verdict then compares the config's absolute k3
+    (with its CI) with the budget's (the budget multiple times its unit's k3 at calibration)."""
+    fp8 = yaml_file(tmp_path, "weights: fp8_e4m3\n")
+
+    def admit(**spec) -> dict:
+        r = cli("admit", "--model", student, "--config", fp8, "--budget",
+                budget_file(spec.pop("budget"), unit_trainer="bf16", **spec), "--prompts", "32", "--threads", "1",
+                "--json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    roomy = admit(budget=1000.0, reference_value=1e-3)  # an absolute budget of 1.0: far above any FP8 k3
+    if roomy["reference_value"] >= 1e-7:
+        pytest.skip(f"this CPU's BF16 engine and BF16 trainer differ (unit k3 {roomy['reference_value']:.3g})")
+    assert roomy["multiple"] is None and roomy["decided_on"] == "absolute"
+    assert roomy["absolute_budget"] == pytest.approx(1.0) and 0 < roomy["value_ci"][1] < 1.0
+    assert roomy["verdict"] == "pass" and "undefined" in roomy["reason"]
+    tight = admit(budget=1.0, reference_value=1e-9)  # 1e-9: far below the FP8 config's k3 (its CI's low end)
+    assert tight["value_ci"][0] > 1e-9 and tight["verdict"] == "fail"
+    unrecorded = admit(budget=1000.0)  # a budget that never recorded its unit's value cannot be turned absolute
+    assert unrecorded["verdict"] == "inconclusive" and "records no unit value" in unrecorded["reason"]
+
+
 @pytest.mark.parametrize("over, flag, message", [
     ({"checkpoint_hash": "0" * 64}, None, "calibrated on checkpoint"),
     ({"task": "arithmetic:3"}, None, "calibrated on task 'arithmetic:3'"),

@@ -242,6 +242,20 @@ def multiple_with_ci(
     return ratio_with_ci(s1, c1, s0, c0, n_boot, seed, level)
 
 
+def mean_with_ci(rec: TokenRecords, metric: str, n_sequences: int, n_boot: int = 1000, seed: int = 0,
+                 level: float = 0.95) -> list[float] | None:
+    """The bootstrap CI (over prompts) of the metric's token mean: the absolute mismatch's
+    interval, which still means something when the unit's mismatch is zero."""
+    s, c = per_sequence_sums(rec, metric, n_sequences)
+    if n_boot <= 0 or n_sequences < 2 or c.sum() == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n_sequences, size=(n_boot, n_sequences))
+    means = s[idx].sum(1) / np.maximum(c[idx].sum(1), 1)
+    lo, hi = np.percentile(means, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    return [float(lo), float(hi)]
+
+
 def ratio_with_ci(s1: np.ndarray, c1: np.ndarray, s0: np.ndarray, c0: np.ndarray, n_boot: int = 1000,
                   seed: int = 0, level: float = 0.95) -> tuple[float | None, list[float] | None]:
     """The ratio of two token means given per sequence as sums and counts (``s1/c1`` over

@@ -19,10 +19,7 @@ from .config import MAX_PROMPTS, MismatchJobConfig, RolloutConfig
 from .measurement import Measurement, MeasurementSession
 from .multiple import compare, floor_from, next_round_size, relative_half_width, stop_reason, top_share, unit_block
 from .reporting import Reporter
-from .results import Comparison, MismatchReport
-
-#: Below this reference value (k3-like, nats) the multiple divides by ~0 and means nothing.
-NEGLIGIBLE_REFERENCE = 1e-7
+from .results import Comparison, MismatchReport, unit_vanishes
 
 
 class EnginePool:
@@ -239,9 +236,9 @@ class MismatchRun:
                 and ci[0] <= floor["value"]:
             out.append(f"floor: the CI's lower end {ci[0]:.3g} is within the BF16 unit's own spread (floor "
                        f"{floor['value']:.3g}x): this multiple cannot be told apart from BF16")
-        if body.reference_value is not None and abs(body.reference_value) < NEGLIGIBLE_REFERENCE:
-            out.append(f"reference: the unit's {metric} is {body.reference_value:.2g}, about zero, so the multiple "
-                       "divides by almost nothing and means nothing")
+        if unit_vanishes(body.reference_value):
+            out.append(f"reference: the unit's {metric} is {body.reference_value:.2g}, about zero, so the multiple is "
+                       f"undefined; the absolute {metric} and its CI still stand")
         if share is not None and share > 0.5:
             out.append(f"tail: the top 1% of tokens carry {share:.0%} of {metric}; the multiple rests on a few tokens")
         return out

@@ -16,21 +16,32 @@ import math
 from typing import Sequence
 
 from .measurement import Measurement, MeasurementSession
-from .results import Comparison
+from .results import Comparison, unit_vanishes
 
 
 def compare(session: MeasurementSession, m: Measurement, ref: Measurement, metric: str, n_boot: int,
             buckets: list[int] | None = None) -> Comparison:
     """The report body shared by every job: value, reference value, multiple and its CI."""
-    from .metrics import finite_or_none, json_safe, metric_values, multiple_with_ci, position_buckets, summarize
+    from .metrics import (
+        finite_or_none,
+        json_safe,
+        mean_with_ci,
+        metric_values,
+        multiple_with_ci,
+        position_buckets,
+        summarize,
+    )
 
     summary, ref_summary = summarize(m.records), summarize(ref.records)
     values, ref_values = metric_values(summary), metric_values(ref_summary)
     n = max(m.records.n_sequences, ref.records.n_sequences)
     multiple, ci = multiple_with_ci(m.records, ref.records, metric, n, n_boot, seed=session.job.seed_effective)
+    if unit_vanishes(ref_values.get(metric)):  # undefined, not a huge number: the value and its CI still stand
+        multiple, ci = None, None
     out = {
         "metric": metric,
         "value": values.get(metric),
+        "value_ci": mean_with_ci(m.records, metric, n, n_boot, seed=session.job.seed_effective),
         "reference_value": ref_values.get(metric),
         "multiple": finite_or_none(multiple),
         "multiple_ci": ci,

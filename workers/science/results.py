@@ -30,6 +30,16 @@ def multiple_of(value: float, unit_value: float) -> float | None:
     return float(value / unit_value)
 
 
+#: Below this unit value (k3-like, nats) a multiple divides by rounding noise and is undefined:
+#: the unit pair computes (nearly) the same logprobs, as batch-invariant kernels do on purpose.
+NEGLIGIBLE_UNIT = 1e-7
+
+
+def unit_vanishes(unit_value: float | None) -> bool:
+    """Whether the unit's measured value is too close to zero to divide by."""
+    return unit_value is not None and abs(unit_value) < NEGLIGIBLE_UNIT
+
+
 def unit_pair(engine: str, trainer: str | None) -> str:
     """A unit pair in words: ``vllm BF16 engine / bf16 trainer`` (no trainer recorded: fp32)."""
     return f"{engine} BF16 engine / {trainer or 'fp32'} trainer"
@@ -86,10 +96,11 @@ class UnitOfMultiple(JobResult):
 class Comparison(JobResult):
     """A measurement against its BF16 reference: the body every measuring report shares."""
 
-    optional_keys = frozenset({"buckets"})
+    optional_keys = frozenset({"buckets", "value_ci"})
 
     metric: str
     value: float | None
+    value_ci: CI = None  # the absolute value's 95 % CI over prompts (reports before it had none)
     reference_value: float | None
     multiple: float | None
     multiple_ci: CI

@@ -13,7 +13,8 @@ from __future__ import annotations
 from ..config import ConfigError, DriftJobConfig, MismatchJobConfig
 from ..fingerprint import checkpoint_digest
 from ..reporting import NullReporter, Reporter, SubReporter
-from ..verdicts import decide
+from ..results import MismatchReport, unit_vanishes
+from ..verdicts import Decision, decide
 from .config import AdmissionJobConfig, BudgetSpec
 from .results import AdmissionVerdict
 
@@ -60,7 +61,7 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
         raise ConfigError("; ".join(problems))
 
     report = run_mismatch(measurement, reporter, checked=checked)
-    decision = decide(report.multiple, report.multiple_ci, spec.budget, spec.status, report.prompts)
+    decided_on, decision = judge(report, spec)
     reporter.log(report.prompts, {"admission/multiple": report.multiple or 0.0,
                                   "admission/budget": spec.budget or 0.0,
                                   "admission/within_budget": float(decision.verdict == "pass")})
@@ -74,6 +75,8 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
         "extend": ({"prompts": decision.prompts_to_decide, "seed": report.seed}
                    if decision.prompts_to_decide else None),
         "checkpoint_hash": digest,
+        "decided_on": decided_on,
+        "absolute_budget": spec.absolute_budget,
         "kv_capacity_gain": report.kv_cache.capacity_ratio,
     }
     result["calibrated_with"] = spec.calibrated_with
@@ -88,6 +91,32 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
         result.update(recipe_within_budget(measurement, spec.budget, cfg.recipe_margin, SubReporter(reporter)))
     reporter.progress(1.0, f"{decision.verdict}: {decision.reason}")
     return AdmissionVerdict.model_validate(result)
+
+
+def unit_vanished(report: MismatchReport) -> bool:
+    """The unit pair measured no mismatch at all (its engine and trainer compute bitwise-equal
+    logprobs, as batch-invariant kernels do on purpose): every multiple is undefined."""
+    return unit_vanishes(report.reference_value) and not report.identical_to_unit
+
+
+def judge(report: MismatchReport, spec: BudgetSpec) -> tuple[str, Decision]:
+    """The verdict, on the multiple; where the unit vanished, on the absolute value against
+    the budget's absolute value, when the budget recorded its unit (else inconclusive, saying
+    why)."""
+    if not unit_vanished(report):
+        return "multiple", decide(report.multiple, report.multiple_ci, spec.budget, spec.status, report.prompts)
+    absolute = spec.absolute_budget
+    vanished = (f"this check's unit ({report.unit.pair}) measured {report.metric} = {report.reference_value:.2g}, "
+                "about zero, so the multiple is undefined")
+    if absolute is None:
+        return "absolute", Decision("inconclusive", f"{vanished}, and the budget records no unit value to judge the "
+                                                    f"absolute {report.metric} against; calibrate in a pair whose unit "
+                                                    "is not zero (vllm engine, or an fp32 trainer)", None)
+    d = decide(report.value, report.value_ci, absolute, spec.status, report.prompts)
+    return "absolute", Decision(d.verdict, f"{vanished}; decided on the absolute {report.metric} "
+                                           f"{report.value:.3g} against the budget's {absolute:.3g} "
+                                           f"({spec.budget:.3g}x its unit's {spec.reference_value:.3g}): {d.reason}",
+                                d.margin, d.prompts_to_decide)
 
 
 def transfer_warnings(spec: BudgetSpec, sources: tuple[str, ...]) -> list[str]:

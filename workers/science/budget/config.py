@@ -190,6 +190,14 @@ class BudgetFields(_Strict):
     tolerance: float = Field(1.4, ge=0.0)
 
     @property
+    def absolute_budget(self) -> float | None:
+        """The budget in the metric's own units (the budget multiple times the unit's value at
+        calibration): what an admission decides on when its own unit measures zero."""
+        if self.budget is None or self.reference_value is None or self.reference_value <= 0:
+            return None
+        return self.budget * self.reference_value
+
+    @property
     def trainer(self) -> str:
         """The unit pair's trainer half: fp32 where the budget records none (calibrated before
         the pair was named)."""

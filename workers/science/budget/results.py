@@ -160,7 +160,7 @@ class AdmissionVerdict(MismatchReport):
 
     optional_keys: ClassVar[frozenset[str]] = MismatchReport.optional_keys | {
         "drift", "recipe", "recipe_candidates", "pareto_front", "recipe_margin", "layers", "recipe_skipped",
-        "calibrated_with", "transfer_warnings"}
+        "calibrated_with", "transfer_warnings", "absolute_budget"}
 
     budget: BudgetSpec
     verdict: Verdict
@@ -178,6 +178,8 @@ class AdmissionVerdict(MismatchReport):
     layers: list[dict[str, Any]] | None = None
     recipe_skipped: list[dict[str, Any]] | None = None
     calibrated_with: str | None = None  # the budget's source of mismatch, in words
+    decided_on: Literal["multiple", "absolute"] = "multiple"  # absolute: the unit measured zero
+    absolute_budget: float | None = None  # the budget in the metric's units (multiple x the unit at calibration)
     transfer_warnings: list[str] | None = None  # the config's sources never shown to transfer to the budget
 
 
