@@ -109,9 +109,8 @@ def test_vllm_runs_calibrated_kv_scales_of_bf16_weights_from_the_shipped_scale_f
         f"model.layers.{i}.self_attn.{kv}_scale": "opdweb-kv-scales.safetensors" for i in (0, 1) for kv in "kv"}
     # the trainers' exports do not ship the file: scale 1.0 there, so refused
     for fmt in ("prime-rl", "verl", "slime"):
-        partial = {"kv_cache": "fp8_e4m3", "staleness": 1} if fmt == "prime-rl" else {"kv_cache": "fp8_e4m3"}
         assert any(r.startswith("kv_scales calibrated") and "scale 1.0" in r
-                   for r in refusal(fmt, partial, facts=shipped, provenance=provenance)), fmt
+                   for r in refusal(fmt, {"kv_cache": "fp8_e4m3"}, facts=shipped, provenance=provenance)), fmt
 
 
 def test_vllm_refuses_calibrated_kv_scales_where_it_would_run_scale_one():
@@ -172,6 +171,9 @@ def test_prime_rl_toml_uses_its_current_tables():
         "temperature = 0.7",
         "max_completion_tokens = 512",
         "",
+        "[inference]",
+        "enable_fp32_lm_head = false",
+        "",
         "[inference.vllm]",
         'dtype = "bfloat16"',
         "seed = 0",
@@ -181,11 +183,25 @@ def test_prime_rl_toml_uses_its_current_tables():
     ]
 
 
-def test_prime_rl_refuses_on_policy_rollouts_nucleus_sampling_and_a_correction_it_lacks():
+def test_prime_rl_refuses_nucleus_sampling_and_a_correction_it_lacks():
     reasons = refusal("prime-rl", {"staleness": 0, "sampling": {"top_p": 0.9},
                                    "correction": {"kind": "tis", "cap": 2.0}})
-    assert [r.split(":")[0] for r in reasons] == ["top_p < 1", "staleness 0", "correction tis"]
-    assert "DPPO" in reasons[2]
+    assert [r.split(":")[0] for r in reasons] == ["top_p < 1", "correction tis"]
+    assert "DPPO" in reasons[1]
+
+
+def test_prime_rl_runs_staleness_0_on_policy_with_the_measured_bf16_lm_head():
+    """prime-rl 559b44772e47: ``max_off_policy_steps: int = Field(8, ge=0)``, and batch ``step``
+    trains on v{step-1} keeping episodes from versions >= (step - 1) - max_off_policy_steps
+    (``orchestrator/utils.py`` ``min_fresh_version``): 0 keeps only the trained policy's own
+    rollouts.  ``InferenceConfig.enable_fp32_lm_head`` defaults to True (an FP32 lm_head GEMM
+    patched into vLLM), not the BF16 engine the admission check measured."""
+    import tomllib
+
+    doc = tomllib.loads(export("prime-rl", {"staleness": 0}))
+    assert doc["orchestrator"]["max_off_policy_steps"] == 0
+    assert doc["inference"]["enable_fp32_lm_head"] is False
+    assert tomllib.loads(export("prime-rl", {**W8A8, "staleness": 3}))["inference"]["enable_fp32_lm_head"] is False
 
 
 # verl
