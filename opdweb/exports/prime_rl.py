@@ -12,7 +12,7 @@ from opdweb.exports.base import Provenance, comment_block, nearest_engine, refus
 from opdweb.exports.quoting import toml_string
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
-from workers.science.vllm_args import vllm_engine_args, vllm_refusals
+from workers.science.vllm_args import vllm_engine_args, vllm_engine_refusals
 
 MANIFEST = json.loads((Path(__file__).parent / "manifests" / "prime-rl.json").read_text())
 TARGET = f"prime-rl {MANIFEST['version']} (upstream {MANIFEST['commit'][:12]})"
@@ -33,7 +33,8 @@ BUILDS = {
 def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None = None) -> list[str]:
     """Where prime-rl would run another rollout engine or loss than ``config``'s."""
     # the calibrated-KV scale file is the vLLM engine export's; this export does not ship it
-    problems = vllm_refusals(config, replace(facts, shipped_kv_scales=False) if facts else None)
+    # its training sampling sends top_p 1 whatever vLLM would do with another: its own reason below
+    problems = vllm_engine_refusals(config, replace(facts, shipped_kv_scales=False) if facts else None)
     if config.sampling.top_p < 1.0:
         problems.append("top_p < 1: prime-rl samples training rollouts with top_p 1")
     if config.sampling.temperature > 2.0:

@@ -26,7 +26,13 @@ from opdweb.exports.base import (
 from opdweb.exports.quoting import hydra_value
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import DTYPE_LIBRARY_NAMES, RolloutConfig
-from workers.science.vllm_args import kept_in_bf16, kv_cache_refusals, module_name_refusals, screening_refusals
+from workers.science.vllm_args import (
+    kept_in_bf16,
+    kv_cache_refusals,
+    module_name_refusals,
+    nucleus_refusals,
+    screening_refusals,
+)
 
 VERL_VERSION = "0.9.1"
 TARGET = f"verl {VERL_VERSION}"
@@ -47,7 +53,8 @@ BUILDS = {
                  "bound); 0: `sync`",
     "correction": "`algorithm.rollout_correction`: TIS `rollout_is=token` + threshold C, IcePop threshold "
                   "`'low_high'`, masking `rollout_rs=seq_mean_k1`; OPD only with `use_policy_gradient`",
-    "logprobs": "`rollout.logprobs_mode=processed_logprobs`",
+    "logprobs": "`rollout.logprobs_mode=processed_logprobs`; top_p 1 (processed logprobs are renormalised over the "
+                "nucleus)",
 }
 
 
@@ -85,6 +92,7 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
         problems += sglang_refusals(config, facts)
     engine = "verl's SGLang" if on_sglang(config) else "verl's vLLM (after each weight sync)"
     problems += kv_cache_refusals(config, facts, engine)
+    problems += nucleus_refusals(config, f"verl's {'SGLang' if on_sglang(config) else 'vLLM'} rollout")
     if config.kv_cache != "none" and config.keep_bf16 and config.weights == "bf16":
         problems.append("keep_bf16 with an FP8 KV cache: not written for verl yet; admit without keep_bf16")
     if config.correction.kind != "none" and method and method.startswith("opd") and not _sampled_opd(method):
@@ -95,11 +103,11 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
 
 
 def nearest(config: RolloutConfig) -> dict:
-    """The nearest engine verl builds: block W8A8 FP8, KV scales 1.0, per-layer exceptions
-    (on SGLang) at temperature 1."""
-    changes: dict = {}
+    """The nearest engine verl builds: block W8A8 FP8, KV scales 1.0, top_p 1, per-layer
+    exceptions (on SGLang) at temperature 1."""
+    changes: dict = {"sampling": {"top_p": 1.0}}
     if on_sglang(config):
-        changes["sampling"] = {"temperature": 1.0}
+        changes["sampling"]["temperature"] = 1.0
         if config.kv_cache != "none":  # a whole layer kept: its modules only, SGLang quantizes every KV cache
             changes["keep_bf16"] = [item for entry in config.keep_bf16 for item in (
                 [f"model.layers.{entry}.self_attn.*_proj", f"model.layers.{entry}.mlp.*"] if isinstance(entry, int)

@@ -29,7 +29,7 @@ BUILDS = {
                  "KV by `kv_cache_dtype_skip_layers`",
     "staleness": "not an engine argument (the trainer's)",
     "correction": "not an engine argument (the trainer's)",
-    "logprobs": "`logprobs_mode=processed_logprobs`",
+    "logprobs": "`logprobs_mode=processed_logprobs`; top_p 1 (processed logprobs are renormalised over the nucleus)",
 }
 
 
@@ -39,8 +39,9 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
 
 
 def nearest(config: RolloutConfig) -> dict:
-    """The nearest engine vLLM builds: online FP8 is W8A8, KV scales 1.0 on a checkpoint without them."""
-    return nearest_engine(config, "vllm", fp8="tensor", keeps_layers=True)
+    """The nearest engine vLLM builds: online FP8 is W8A8, KV scales 1.0 on a checkpoint without them,
+    top_p 1 (its processed logprobs are renormalised over the nucleus)."""
+    return nearest_engine(config, "vllm", fp8="tensor", keeps_layers=True, sampling={"top_p": 1.0})
 
 
 def notes(config: RolloutConfig) -> list[str]:

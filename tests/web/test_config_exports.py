@@ -9,9 +9,10 @@ import json
 import pytest
 import yaml
 
-from opdweb.exports import FORMATS, NotExpressible, Provenance, render
+from opdweb.exports import FORMATS, TRAINERS, NotExpressible, Provenance, render
 from opdweb.rollouts.canonical import canonical_rollout
 from workers.science.checkpoint_facts import CheckpointFacts
+from workers.science.config import RolloutConfig
 
 PROVENANCE = Provenance(config_hash="ab" * 32, config_name="fp8 w+kv", checkpoint="/models/student",
                         approval_id=7, approved_by="bob", approved_at="2026-11-30T12:00:00+00:00",
@@ -77,6 +78,21 @@ def test_vllm_refuses_what_it_would_build_differently():
     reasons = refusal("vllm", {"weights": "int4", "noise_sigma": 0.1, "kv_cache": "fp8_e4m3", "kv_scale": "head",
                                "kv_scales": "unit"})
     assert [r.split(":")[0].split(" ")[0] for r in reasons] == ["noise_sigma", "weights", "kv_scale"]
+
+
+def test_vllm_and_verl_refuse_nucleus_sampling_whose_logprobs_they_renormalise():
+    """vLLM 0.32 with ``logprobs_mode=processed_logprobs`` (verl 0.9.1 passes its
+    ``rollout.logprobs_mode`` to vLLM) returns logprobs after top-p, renormalised over the
+    nucleus; the admission check measures the whole distribution's (63 times the k3 at
+    top_p 0.9 on the toy student, issue 38)."""
+    for fmt, partial in (("vllm", {}), ("vllm", W8A8), ("verl", {}), ("verl", BLOCK_W8A8)):
+        reasons = refusal(fmt, {**partial, "sampling": {"top_p": 0.9}})
+        assert [r for r in reasons if r.startswith("top_p < 1")] == [reasons[-1]], fmt
+        assert "renormalised over the nucleus" in reasons[-1] and "top_p 1" in reasons[-1]
+        export(fmt, {**partial, "sampling": {"top_p": 1.0}})
+        nearest = TRAINERS[fmt].nearest(RolloutConfig.model_validate(canonical_rollout(
+            {**partial, "sampling": {"top_p": 0.9, "temperature": 0.7}})))
+        assert nearest["sampling"]["top_p"] == 1.0 and nearest["sampling"]["temperature"] == 0.7
 
 
 def test_vllm_takes_calibrated_kv_scales_from_a_checkpoint_that_ships_them():
