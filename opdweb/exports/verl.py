@@ -12,7 +12,8 @@ per-layer KV-cache exception); an FP8 KV cache
 gets scale 1.0 after each weight sync unless the checkpoint ships scales; staleness needs
 an asynchronous ``trainer.v1.trainer_mode`` for ``max_off_policy_threshold`` to act; token
 TIS / IcePop are ``algorithm.rollout_correction.rollout_is`` with a threshold ``C`` or
-``"low_high"``, sequence masking is ``rollout_rs=seq_mean_k1``; a correction reaches an OPD
+``"low_high"``, sequence masking is ``rollout_rs=seq_mean_k1`` whose bounds are on the sequence's
+mean of ``-log(p_train / p_rollout)``, so the config's bounds invert (``1/high_1/low``); a correction reaches an OPD
 loss only with ``distillation.distillation_loss.use_policy_gradient``."""
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ BUILDS = {
     "staleness": "`trainer.v1.trainer_mode=separate_async` + `trainer.v1.sampler.max_off_policy_threshold` (an upper "
                  "bound); 0: `sync`",
     "correction": "`algorithm.rollout_correction`: TIS `rollout_is=token` + threshold C, IcePop threshold "
-                  "`'low_high'`, masking `rollout_rs=seq_mean_k1`; OPD only with `use_policy_gradient`",
+                  "`'low_high'`, masking `rollout_rs=seq_mean_k1` with the bounds inverted (`'1/high_1/low'`: "
+                  "verl bounds p_rollout / p_train); OPD only with `use_policy_gradient`",
     "logprobs": "`rollout.logprobs_mode=processed_logprobs`; top_p 1 (processed logprobs are renormalised over the "
                 "nucleus)",
 }
@@ -122,7 +124,9 @@ def _correction(config: RolloutConfig) -> list[str]:
     if c.kind == "icepop":
         return [f"{CORRECTION}.rollout_is=token", f"{CORRECTION}.rollout_is_threshold='{c.low!r}_{c.high!r}'"]
     if c.kind == "mask":
-        return [f"{CORRECTION}.rollout_rs=seq_mean_k1", f"{CORRECTION}.rollout_rs_threshold='{c.low!r}_{c.high!r}'"]
+        # verl bounds the sequence mean of -log(p_train / p_rollout): the inverse ratio, so the bounds invert
+        return [f"{CORRECTION}.rollout_rs=seq_mean_k1",
+                f"{CORRECTION}.rollout_rs_threshold='{1 / c.high!r}_{1 / c.low!r}'"]
     return [f"{CORRECTION}.rollout_is=null", f"{CORRECTION}.rollout_rs=null"]
 
 

@@ -256,9 +256,11 @@ def test_verl_writes_icepop_and_sequence_masking_in_its_own_terms_and_no_correct
 
     assert body({"correction": {"kind": "icepop", "low": 0.5, "high": 5.0}}) == [
         "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold='0.5_5.0'"]
-    assert body({"correction": {"kind": "mask", "low": 0.5, "high": 2.0}}) == [
+    assert body({"correction": {"kind": "mask", "low": 0.5, "high": 2.0}}) == [  # verl bounds p_rollout / p_train
         "algorithm.rollout_correction.rollout_rs=seq_mean_k1",
         "algorithm.rollout_correction.rollout_rs_threshold='0.5_2.0'"]
+    assert body({"correction": {"kind": "mask", "low": 0.5, "high": 5.0}})[1] == \
+        "algorithm.rollout_correction.rollout_rs_threshold='0.2_2.0'"
     assert body({}) == ["algorithm.rollout_correction.rollout_is=null", "algorithm.rollout_correction.rollout_rs=null"]
     assert not any(line.startswith("distillation.") for line in export("verl", {}, provenance=Provenance(
         **{**PROVENANCE.__dict__, "method": "grpo"})).splitlines())

@@ -142,3 +142,38 @@ def test_the_nearest_config_each_trainer_builds_is_one_it_does_not_refuse(partia
         nearest = RolloutConfig.model_validate(module.nearest(config))
         assert slug in nearest.targets
         assert target_refusals(nearest, None, method="opd:sampled+tis") == {}, (slug, nearest)
+
+
+@needs_verl
+def test_verls_own_sequence_mask_keeps_the_sequences_whose_ratio_is_within_the_admitted_bounds():
+    """verl bounds the sequence mean of ``-log r`` (``seq_mean_k1``), log(p_rollout / p_train),
+    the inverse of the config's ratio p_train / p_rollout: with bounds [0.5, 5], sequences
+    of ratio 3, 0.3, 1 and 4.5 are kept, dropped, kept, kept.  verl's own
+    ``compute_rollout_rejection_mask`` decides, read from the installed wheel (its package
+    imports Ray, so the function and ``masked_sum`` / ``masked_mean`` are taken from their files)."""
+    import math
+    import types
+    from typing import Any, Optional
+
+    import torch
+
+    from opdweb.exports.trainer_source import definitions
+    from opdweb.exports.verification import trainers_dir
+
+    verl = trainers_dir() / "verl"
+    verl_f = types.SimpleNamespace(**definitions(verl / "utils" / "torch_functional.py",
+                                                 ["masked_sum", "masked_mean"], {"torch": torch}))
+    helper = definitions(verl / "trainer" / "ppo" / "rollout_corr_helper.py",
+                         ["SAFETY_BOUND", "SUPPORTED_ROLLOUT_RS_OPTIONS", "TOKEN_LEVEL_ROLLOUT_RS_OPTIONS",
+                          "_parse_rollout_rs_thresholds", "compute_rs_metrics", "compute_rollout_rejection_mask"],
+                         {"math": math, "torch": torch, "verl_F": verl_f, "Optional": Optional, "Any": Any})
+    text, reasons = export_or_refusal("verl", {"correction": {"kind": "mask", "low": 0.5, "high": 5.0}})
+    assert reasons is None
+    correction = compose_verl([line for line in text.splitlines() if not line.startswith("#")]).algorithm \
+        .rollout_correction
+    ratios = torch.tensor([3.0, 0.3, 1.0, 4.5], dtype=torch.float64)
+    log_ratio = ratios.log().unsqueeze(-1).expand(4, 3)  # verl's log_ratio: old (trainer) minus rollout logprob
+    mask, _ = helper["compute_rollout_rejection_mask"](log_ratio, torch.ones(4, 3, dtype=torch.float64),
+                                                       correction.rollout_rs, correction.rollout_rs_threshold)
+    assert mask[:, 0].tolist() == [1.0, 0.0, 1.0, 1.0]
+    assert mask.eq(mask[:, :1]).all()  # whole sequences
