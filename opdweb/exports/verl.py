@@ -10,7 +10,9 @@ and by the weight sync alike, set through Ray's runtime env) lists the checkpoin
 kept BF16 (SGLang fuses q/k/v and gate/up and refuses a fused module kept in part, and has no
 per-layer KV-cache exception); an FP8 KV cache
 gets scale 1.0 after each weight sync unless the checkpoint ships scales; staleness needs
-an asynchronous ``trainer.v1.trainer_mode`` for ``max_off_policy_threshold`` to act; token
+an asynchronous ``trainer.v1.trainer_mode`` for ``max_off_policy_threshold`` to act, counted
+in global steps of ``parameter_sync_step`` mini-batch updates, with the settings its trainer
+asserts at init (:data:`SEPARATE_ASYNC`); token
 TIS / IcePop are ``algorithm.rollout_correction.rollout_is`` with a threshold ``C`` or
 ``"low_high"``, sequence masking is ``rollout_rs=seq_mean_k1`` whose bounds are on the sequence's
 mean of ``-log(p_train / p_rollout)``, so the config's bounds invert (``1/high_1/low``); a correction reaches an OPD
@@ -40,6 +42,19 @@ TARGET = f"verl {VERL_VERSION}"
 ROLLOUT = "actor_rollout_ref.rollout"
 CORRECTION = "algorithm.rollout_correction"
 IGNORED_LAYERS = "ray_kwargs.ray_init.runtime_env.env_vars.SGLANG_FP8_IGNORED_LAYERS"
+#: What ``PPOTrainerSeparateAsync.__init__`` asserts before it starts (verl 0.9.1,
+#: ``trainer/ppo/v1/trainer_separate_async.py``): ``train_batch_size == parameter_sync_step *
+#: ppo_mini_batch_size`` (one optimizer step per global step, at the team's mini-batch size, so
+#: staleness counts the same in verl's global steps as in the config's optimizer steps), a
+#: standalone rollout pool (``rollout.nnodes > 0``) and a checkpoint engine other than ``naive``.
+SEPARATE_ASYNC = [
+    "trainer.v1.trainer_mode=separate_async",
+    "trainer.v1.separate_async.parameter_sync_step=1",
+    "data.train_batch_size='${actor_rollout_ref.actor.ppo_mini_batch_size}'",
+    "actor_rollout_ref.actor.ppo_epochs=1",
+    f"{ROLLOUT}.nnodes=1",
+    f"{ROLLOUT}.checkpoint_engine.backend=nccl",
+]
 
 #: What verl builds from each part of a rollout config (the README's table of targets).
 BUILDS = {
@@ -51,7 +66,9 @@ BUILDS = {
                  "checkpoint module names, fused q/k/v and gate/up whole; no per-layer KV exception; "
                  "cannot be expressed on its vLLM path",
     "staleness": "`trainer.v1.trainer_mode=separate_async` + `trainer.v1.sampler.max_off_policy_threshold` (an upper "
-                 "bound); 0: `sync`",
+                 "bound, in global steps), `parameter_sync_step=1` with `train_batch_size` = `ppo_mini_batch_size` "
+                 "(a global step is one optimizer step), a standalone rollout pool (`rollout.nnodes`) and the nccl "
+                 "checkpoint engine, as its trainer asserts at init; 0: `sync`",
     "correction": "`algorithm.rollout_correction`: TIS `rollout_is=token` + threshold C, IcePop threshold "
                   "`'low_high'`, masking `rollout_rs=seq_mean_k1` with the bounds inverted (`'1/high_1/low'`: "
                   "verl bounds p_rollout / p_train); OPD only with `use_policy_gradient`",
@@ -160,10 +177,16 @@ def verl_overrides(config: RolloutConfig, provenance: Provenance, facts: Checkpo
         f"data.max_response_length={sampling.max_new_tokens}",
     ]
     if config.staleness > 0:
-        lines += ["trainer.v1.trainer_mode=separate_async",
-                  f"trainer.v1.sampler.max_off_policy_threshold={config.staleness}"]
-        notes.append(f"max_off_policy_threshold {config.staleness} is an upper bound on the model versions a "
-                     "trajectory spans; the admission check measured the oldest")
+        lines += [*SEPARATE_ASYNC, f"trainer.v1.sampler.max_off_policy_threshold={config.staleness}"]
+        notes += [f"staleness k = {config.staleness} optimizer steps = {config.staleness} global steps at these batch "
+                  "settings (verl counts max_off_policy_threshold in global steps of parameter_sync_step mini-batch "
+                  "updates; parameter_sync_step 1 with data.train_batch_size = ppo_mini_batch_size and ppo_epochs 1 "
+                  "makes a global step one optimizer step)",
+                  f"max_off_policy_threshold {config.staleness} is an upper bound on the model versions a "
+                  "trajectory spans; the admission check measured the oldest",
+                  "separate_async rolls out on a standalone pool: set actor_rollout_ref.rollout.nnodes and "
+                  "n_gpus_per_node to it; weights reach it through the nccl checkpoint engine (verl refuses naive "
+                  "there)"]
     else:
         lines.append("trainer.v1.trainer_mode=sync")
     lines += _correction(config)

@@ -239,6 +239,11 @@ def test_verl_overrides_for_block_w8a8_fp8_kv_asynchronous_with_tis_on_sampled_o
         "actor_rollout_ref.rollout.top_p=1.0",
         "data.max_response_length=64",
         "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        "data.train_batch_size='${actor_rollout_ref.actor.ppo_mini_batch_size}'",
+        "actor_rollout_ref.actor.ppo_epochs=1",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
         "trainer.v1.sampler.max_off_policy_threshold=2",
         "algorithm.rollout_correction.rollout_is=token",
         "algorithm.rollout_correction.rollout_is_threshold=2.0",
@@ -246,6 +251,10 @@ def test_verl_overrides_for_block_w8a8_fp8_kv_asynchronous_with_tis_on_sampled_o
         "distillation.distillation_loss.use_policy_gradient=true",
     ]
     assert text.startswith(HEADER + "\n# for verl 0.9.1\n")
+    assert ("# note: staleness k = 2 optimizer steps = 2 global steps at these batch settings (verl counts "
+            "max_off_policy_threshold in global steps of parameter_sync_step mini-batch updates; parameter_sync_step "
+            "1 with data.train_batch_size = ppo_mini_batch_size and ppo_epochs 1 makes a global step one optimizer "
+            "step)") in text.splitlines()
 
 
 def test_verl_writes_icepop_and_sequence_masking_in_its_own_terms_and_no_correction_unasked():

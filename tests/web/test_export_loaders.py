@@ -177,3 +177,29 @@ def test_verls_own_sequence_mask_keeps_the_sequences_whose_ratio_is_within_the_a
                                                        correction.rollout_rs, correction.rollout_rs_threshold)
     assert mask[:, 0].tolist() == [1.0, 0.0, 1.0, 1.0]
     assert mask.eq(mask[:, :1]).all()  # whole sequences
+
+
+@needs_verl
+def test_verls_separate_async_trainer_passes_its_init_asserts_on_the_export():
+    """verl 0.9.1's ``PPOTrainerSeparateAsync.__init__`` asserts, before it builds Ray's pools,
+    ``train_batch_size == parameter_sync_step * ppo_mini_batch_size``, ``rollout.nnodes > 0``,
+    ``rollout.n_gpus_per_node > 0`` and ``checkpoint_engine.backend != "naive"``; the asserts
+    run from the wheel's source.  The tree's defaults (nnodes 0, backend naive) stop it."""
+    from opdweb.exports.verification import verl_trainer_init_checks
+
+    with pytest.raises(AssertionError, match="nnodes must be > 0"):
+        verl_trainer_init_checks(compose_verl(["trainer.v1.trainer_mode=separate_async"]))
+    text, _ = export_or_refusal("verl", {"staleness": 2})
+    overrides = [line for line in text.splitlines() if not line.startswith("#")]
+    cfg = compose_verl(overrides)
+    verl_trainer_init_checks(cfg)
+    assert check("verl", text) == []
+    # at any mini-batch size, one global step is one optimizer step
+    for mini_batch in (64, 256):
+        cfg = compose_verl([*overrides, f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}"])
+        assert cfg.data.train_batch_size == mini_batch and cfg.trainer.v1.separate_async.parameter_sync_step == 1
+        assert cfg.actor_rollout_ref.actor.ppo_epochs == 1
+        verl_trainer_init_checks(cfg)
+    assert cfg.trainer.v1.sampler.max_off_policy_threshold == 2
+    (stopped,) = check("verl", "\n".join(line for line in overrides if "checkpoint_engine" not in line))
+    assert stopped.startswith("verl's separate_async trainer stops at init: please use nccl/nixl/mooncake")
