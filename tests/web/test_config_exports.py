@@ -368,3 +368,18 @@ def test_slime_writes_no_correction_unasked_and_refuses_what_it_cannot_express()
     reasons = refusal("slime", {"weights": "fp8_e4m3", "keep_bf16": [0], "sampling": {"temperature": 0.0},
                                 "correction": {"kind": "mask"}})
     assert [r.split(":")[0].split(" ")[0] for r in reasons] == ["weights", "keep_bf16", "temperature", "correction"]
+
+
+def test_slime_runs_per_tensor_w8a8_from_its_converters_tensor_strategy():
+    """slime 624b824a898a: ``tools/convert_hf_to_fp8.py --strategy tensor`` (no block size)
+    writes one ``weight_scale`` per weight and ``quantization_config`` {quant_method fp8, fmt
+    e4m3, activation_scheme dynamic} with no ``weight_block_size``, and its weight sync
+    (``quantizer_fp8._quantize_param``) re-quantizes per tensor where there is none."""
+    text = export("slime", {**W8A8, "kv_cache": "fp8_e4m3", "kv_scales": "unit"})
+    assert ("# note: first: python tools/convert_hf_to_fp8.py --model-dir /models/student --save-dir "
+            "/models/student-fp8 --strategy tensor") in text.splitlines()
+    assert "--hf-checkpoint /models/student-fp8 \\" in text.splitlines()
+    (channel,) = refusal("slime", {**W8A8, "weight_scale": "channel"})
+    assert channel.startswith("weights fp8_e4m3 / weight_scale channel / activations fp8_e4m3: slime")
+    assert "per-tensor" in channel and "128x128 block" in channel
+

@@ -115,7 +115,8 @@ def test_every_engine_of_the_matrix_is_exportable_to_some_trainer():
     assert reach["bf16"] == ["vllm", "verl", "prime-rl", "slime"]
     assert reach["fp8 w8a8 block"] == ["verl", "slime"]
     assert reach["block, two mlps bf16"] == ["verl"]  # on its SGLang rollout
-    assert reach["fp8 w8a8 tensor"] == reach["fp8 w8a8 channel"] == reach["two layers bf16"] == ["vllm", "prime-rl"]
+    assert reach["fp8 w8a8 tensor"] == ["vllm", "prime-rl", "slime"]  # slime: its converter's --strategy tensor
+    assert reach["fp8 w8a8 channel"] == reach["two layers bf16"] == ["vllm", "prime-rl"]
     assert reach["fp8 kv unit"] == ["vllm", "verl", "prime-rl", "slime"]
     assert reach["fp8 weight-only"] == reach["fp8 kv calibrated"] == []
 
