@@ -8,7 +8,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from opdweb.exports.base import Provenance, comment_block, nearest_engine, refuse_if
+from opdweb.exports import vllm
+from opdweb.exports.base import Provenance, comment_block, gpu_note, nearest_engine, refuse_if
 from opdweb.exports.quoting import toml_string
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
@@ -16,6 +17,10 @@ from workers.science.vllm_args import vllm_engine_args, vllm_engine_refusals
 
 MANIFEST = json.loads((Path(__file__).parent / "manifests" / "prime-rl.json").read_text())
 TARGET = f"prime-rl {MANIFEST['version']} (upstream {MANIFEST['commit'][:12]})"
+#: The vLLM it runs, pinned by its lock file (the README's table of targets).
+ENGINE_PIN = f"vLLM {MANIFEST['vllm_locked']} (its uv.lock; `vllm>=0.26.0`); the engine arguments are checked " \
+             f"against vLLM {vllm.VLLM_VERSION} here"
+GPUS = "as vLLM"
 
 #: What prime-rl builds from each part of a rollout config (the README's table of targets).
 BUILDS = {
@@ -76,6 +81,7 @@ def prime_rl_toml(config: RolloutConfig, provenance: Provenance, facts: Checkpoi
              "dppo_mask_low / dppo_mask_high (0.2): the correction it runs without being asked",
              "enable_fp32_lm_head false: prime-rl's default runs the lm_head in FP32, not the BF16 engine "
              "the admission check measured"]
+    notes += gpu_note(config, vllm.ELSEWHERE)
     if config.staleness:
         notes.append(f"max_off_policy_steps {config.staleness} is an upper bound: rollouts come from policies 0 to "
                      f"{config.staleness} steps old; the admission check measured the oldest")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opdweb.exports.base import Provenance, comment_block, nearest_engine, refuse_if
+from opdweb.exports.base import Provenance, comment_block, gpu_note, nearest_engine, refuse_if
 from opdweb.exports.quoting import shell_word
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
@@ -16,6 +16,9 @@ from workers.science.vllm_args import kv_cache_refusals, screening_refusals
 MANIFEST = json.loads((Path(__file__).parent / "manifests" / "slime.json").read_text())
 TARGET = f"slime {MANIFEST['commit'][:12]} (SGLang {MANIFEST['sglang'].split()[0]})"
 ICEPOP = "slime.backends.megatron_utils.loss.icepop_function"
+#: Its rollout engine, pinned by its Dockerfile (the README's table of targets).
+ENGINE_PIN = f"SGLang {MANIFEST['sglang'].split()[0]} (no vLLM)"
+GPUS = "FP8 W8A8: Ada (sm_89), Hopper (sm_90) and newer (SGLang's FP8 kernels; not checked here below Ada); BF16: any"
 
 #: What slime builds from each part of a rollout config (the README's table of targets).
 BUILDS = {
@@ -89,7 +92,7 @@ def slime_flags(config: RolloutConfig, provenance: Provenance, facts: Checkpoint
     refuse_if(TARGET, refusals(config, facts))
     sampling = config.sampling
     checkpoint = provenance.checkpoint
-    notes = []
+    notes = gpu_note(config, "SGLang runs another FP8 kernel (not checked here)")
     strategy = converter_strategy(config)
     if strategy:
         checkpoint = checkpoint.rstrip("/") + "-fp8"

