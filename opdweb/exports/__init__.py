@@ -73,6 +73,8 @@ def targets_table() -> str:
              "|---|" + "---|" * len(modules)]
     for part in modules[0].BUILDS:
         lines.append(f"| `{part}` | " + " | ".join(m.BUILDS[part] for m in modules) + " |")
+    lines.append("| GPU architectures | " + " | ".join(m.GPUS for m in modules) + " |")
+    lines.append("| rollout engine pinned | " + " | ".join(m.ENGINE_PIN for m in modules) + " |")
     return "\n".join(lines) + "\n"
 
 

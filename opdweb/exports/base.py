@@ -11,9 +11,11 @@ from dataclasses import asdict, dataclass
 
 from opdweb.exports.quoting import comment
 from workers.science.config import RolloutConfig
+from workers.science.kernels import W8A8_GPUS, gemm
 from workers.science.vllm_args import NotExpressible
 
-__all__ = ["NotExpressible", "Provenance", "block_fp8_refusals", "comment_block", "nearest_engine", "refuse_if"]
+__all__ = ["NotExpressible", "Provenance", "block_fp8_refusals", "comment_block", "gpu_note", "nearest_engine",
+           "refuse_if"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,15 @@ def block_fp8_refusals(config: RolloutConfig, trainer: str) -> list[str]:
                         "activations (W8A8); admit weights fp8_e4m3, weight_scale block, block_size 128, "
                         "activations fp8_e4m3")
     return problems
+
+
+def gpu_note(config: RolloutConfig, elsewhere: str) -> list[str]:
+    """The GPUs an export of ``config`` with FP8 weights is valid on (every export an FP8
+    W8A8 engine: Ada, Hopper and newer), and what ``elsewhere`` the trainer's engine runs on
+    older GPUs; none for BF16 weights."""
+    if gemm(config) != "w8a8":
+        return []
+    return [f"valid on {W8A8_GPUS} GPUs (FP8 W8A8 kernels, as admitted); on Ampere and older {elsewhere}"]
 
 
 def nearest_engine(config: RolloutConfig, target: str, *, fp8: str, keeps_layers: bool, **changes) -> dict:

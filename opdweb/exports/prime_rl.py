@@ -8,14 +8,19 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from opdweb.exports.base import Provenance, comment_block, nearest_engine, refuse_if
+from opdweb.exports import vllm
+from opdweb.exports.base import Provenance, comment_block, gpu_note, nearest_engine, refuse_if
 from opdweb.exports.quoting import toml_string
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
-from workers.science.vllm_args import vllm_engine_args, vllm_refusals
+from workers.science.vllm_args import vllm_engine_args, vllm_engine_refusals
 
 MANIFEST = json.loads((Path(__file__).parent / "manifests" / "prime-rl.json").read_text())
 TARGET = f"prime-rl {MANIFEST['version']} (upstream {MANIFEST['commit'][:12]})"
+#: The vLLM it runs, pinned by its lock file (the README's table of targets).
+ENGINE_PIN = f"vLLM {MANIFEST['vllm_locked']} (its uv.lock; `vllm>=0.26.0`); the engine arguments are checked " \
+             f"against vLLM {vllm.VLLM_VERSION} here"
+GPUS = "as vLLM"
 
 #: What prime-rl builds from each part of a rollout config (the README's table of targets).
 BUILDS = {
@@ -23,7 +28,8 @@ BUILDS = {
     "activations": "as vLLM",
     "kv_cache": "as vLLM, but no scale file ships with it: scales from the checkpoint, else 1.0",
     "keep_bf16": "as vLLM (`[inference.vllm.quantization_config] ignore`)",
-    "staleness": "`orchestrator.max_off_policy_steps` (an upper bound); never 0: always at least one step off-policy",
+    "staleness": "`orchestrator.max_off_policy_steps` (an upper bound); 0: on-policy (only the trained policy's "
+                 "own rollouts train)",
     "correction": "none of TIS / IcePop / masking: its loss masks tokens by probability difference (DPPO, 0.2)",
     "logprobs": "`logprobs_mode = \"processed_logprobs\"`; top_p always 1",
 }
@@ -32,14 +38,12 @@ BUILDS = {
 def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None = None) -> list[str]:
     """Where prime-rl would run another rollout engine or loss than ``config``'s."""
     # the calibrated-KV scale file is the vLLM engine export's; this export does not ship it
-    problems = vllm_refusals(config, replace(facts, shipped_kv_scales=False) if facts else None)
+    # its training sampling sends top_p 1 whatever vLLM would do with another: its own reason below
+    problems = vllm_engine_refusals(config, replace(facts, shipped_kv_scales=False) if facts else None)
     if config.sampling.top_p < 1.0:
         problems.append("top_p < 1: prime-rl samples training rollouts with top_p 1")
     if config.sampling.temperature > 2.0:
         problems.append("temperature above 2: prime-rl's training sampling allows 0 to 2")
-    if config.staleness == 0:
-        problems.append("staleness 0: prime-rl is always at least one step off-policy (step n's rollouts come "
-                        "from policy n-1); admit with staleness 1 or more")
     if config.correction.kind != "none":
         problems.append(f"correction {config.correction.kind}: prime-rl has no TIS, IcePop or sequence masking "
                         "(its loss masks tokens by trainer-minus-inference probability, DPPO); admit with "
@@ -48,10 +52,10 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
 
 
 def nearest(config: RolloutConfig) -> dict:
-    """The nearest engine prime-rl runs: vLLM's, at least one step stale, top_p 1, no correction."""
+    """The nearest engine prime-rl runs: vLLM's, top_p 1, no correction."""
     sampling = {"top_p": 1.0, "temperature": min(config.sampling.temperature, 2.0)}
-    return nearest_engine(config, "prime-rl", fp8="tensor", keeps_layers=True, staleness=max(config.staleness, 1),
-                          sampling=sampling, correction={"kind": "none"})
+    return nearest_engine(config, "prime-rl", fp8="tensor", keeps_layers=True, sampling=sampling,
+                          correction={"kind": "none"})
 
 
 def _toml_value(value) -> str:
@@ -75,8 +79,14 @@ def prime_rl_toml(config: RolloutConfig, provenance: Provenance, facts: Checkpoi
     table = engine.pop("quantization_config", None)
     notes = ["prime-rl's default loss masks tokens whose trainer-minus-inference probability leaves "
              "dppo_mask_low / dppo_mask_high (0.2): the correction it runs without being asked",
-             f"max_off_policy_steps {config.staleness} is an upper bound: rollouts come from policies 1 to "
-             f"{config.staleness} steps old; the admission check measured the oldest"]
+             "enable_fp32_lm_head false: prime-rl's default runs the lm_head in FP32, not the BF16 engine "
+             "the admission check measured"]
+    notes += gpu_note(config, vllm.ELSEWHERE)
+    if config.staleness:
+        notes.append(f"max_off_policy_steps {config.staleness} is an upper bound: rollouts come from policies 0 to "
+                     f"{config.staleness} steps old; the admission check measured the oldest")
+    else:
+        notes.append("max_off_policy_steps 0: only rollouts of the policy being trained train (on-policy)")
     lines = comment_block(provenance, TARGET, notes) + [
         "",
         "[model]",
@@ -88,6 +98,9 @@ def prime_rl_toml(config: RolloutConfig, provenance: Provenance, facts: Checkpoi
         "[orchestrator.train.sampling]",
         f"temperature = {_toml_value(config.sampling.temperature)}",
         f"max_completion_tokens = {config.sampling.max_new_tokens}",
+        "",
+        "[inference]",
+        "enable_fp32_lm_head = false",
         "",
         "[inference.vllm]",
     ] + [f"{key} = {_toml_value(value)}" for key, value in engine.items()]

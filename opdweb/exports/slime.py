@@ -7,13 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opdweb.exports.base import (
-    Provenance,
-    block_fp8_refusals,
-    comment_block,
-    nearest_engine,
-    refuse_if,
-)
+from opdweb.exports.base import Provenance, comment_block, gpu_note, nearest_engine, refuse_if
 from opdweb.exports.quoting import shell_word
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
@@ -22,11 +16,16 @@ from workers.science.vllm_args import kv_cache_refusals, screening_refusals
 MANIFEST = json.loads((Path(__file__).parent / "manifests" / "slime.json").read_text())
 TARGET = f"slime {MANIFEST['commit'][:12]} (SGLang {MANIFEST['sglang'].split()[0]})"
 ICEPOP = "slime.backends.megatron_utils.loss.icepop_function"
+#: Its rollout engine, pinned by its Dockerfile (the README's table of targets).
+ENGINE_PIN = f"SGLang {MANIFEST['sglang'].split()[0]} (no vLLM)"
+GPUS = "FP8 W8A8: Ada (sm_89), Hopper (sm_90) and newer (SGLang's FP8 kernels; not checked here below Ada); BF16: any"
 
 #: What slime builds from each part of a rollout config (the README's table of targets).
 BUILDS = {
-    "weights": "a 128x128 block FP8 checkpoint made by `tools/convert_hf_to_fp8.py`",
-    "activations": "always FP8 with FP8 weights: dynamic, per token and group of 128",
+    "weights": "an FP8 E4M3 checkpoint made by `tools/convert_hf_to_fp8.py`: `--strategy block --block-size 128 128` "
+               "(128x128 blocks) or `--strategy tensor` (per-tensor scales); its weight sync re-quantizes the same way",
+    "activations": "always FP8 with FP8 weights: dynamic (per token and group of 128 with block weights; per tensor "
+                   "or per token, as SGLang's kernel picks, with per-tensor weights)",
     "kv_cache": "`--sglang-kv-cache-dtype fp8_e4m3`; scales from the checkpoint, else 1.0",
     "keep_bf16": "cannot be expressed (the converter's unquantized modules and the weight sync's names are fixed)",
     "staleness": "`train_async.py --update-weights-interval k` (about k); 0: `train.py`",
@@ -36,9 +35,31 @@ BUILDS = {
 }
 
 
+def converter_strategy(config: RolloutConfig) -> str | None:
+    """The ``--strategy`` of slime's FP8 converter that makes ``config``'s weights (None: none does)."""
+    if not (config.weights == "fp8_e4m3" and config.activations == "fp8_e4m3"):
+        return None
+    if config.weight_scale == "block" and config.block_size == 128:
+        return "block"
+    return "tensor" if config.weight_scale == "tensor" else None
+
+
+def fp8_refusals(config: RolloutConfig) -> list[str]:
+    """Where slime's FP8 checkpoint (its converter's block or tensor strategy, dynamic FP8
+    activations: W8A8) is not ``config``'s quantization.  Its channel strategy writes a
+    compressed-tensors checkpoint that the weight sync (``quantize_params_fp8``: quant_method
+    fp8 only) does not re-quantize."""
+    if config.weights == "bf16" or converter_strategy(config):
+        return []
+    return [f"weights {config.weights} / weight_scale {config.weight_scale} / activations {config.activations}: "
+            "slime's FP8 checkpoint converter builds 128x128 block (--strategy block) or per-tensor "
+            "(--strategy tensor) FP8 E4M3 weights with dynamic FP8 activations (W8A8); admit weights fp8_e4m3, "
+            "activations fp8_e4m3 and weight_scale tensor, or weight_scale block with block_size 128"]
+
+
 def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str | None = None) -> list[str]:
     """Where slime would run another rollout engine or correction than ``config``'s."""
-    problems = screening_refusals(config) + block_fp8_refusals(config, "slime's FP8 checkpoint converter")
+    problems = screening_refusals(config) + fp8_refusals(config)
     if config.keep_bf16:
         problems.append("keep_bf16: slime cannot keep modules in BF16: tools/convert_hf_to_fp8.py has no skip list "
                         "(the modules it leaves unquantized are hard-coded) and its weight sync quantizes a fixed set "
@@ -53,14 +74,16 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
 
 
 def nearest(config: RolloutConfig) -> dict:
-    """The nearest engine slime runs: block W8A8 FP8, nothing kept in BF16, KV scales 1.0,
-    sampled (temperature > 0), no ratio-bound sequence masking."""
+    """The nearest engine slime runs: per-tensor W8A8 FP8 from per-tensor weights, else
+    block, nothing kept in BF16, KV scales 1.0, sampled (temperature > 0), no ratio-bound
+    sequence masking."""
     changes: dict = {}
     if config.sampling.temperature <= 0:
         changes["sampling"] = {"temperature": 1.0}
     if config.correction.kind == "mask":
         changes["correction"] = {"kind": "none"}
-    return nearest_engine(config, "slime", fp8="block", keeps_layers=False, **changes)
+    fp8 = "tensor" if config.weight_scale == "tensor" else "block"
+    return nearest_engine(config, "slime", fp8=fp8, keeps_layers=False, **changes)
 
 
 def slime_flags(config: RolloutConfig, provenance: Provenance, facts: CheckpointFacts) -> str:
@@ -69,11 +92,16 @@ def slime_flags(config: RolloutConfig, provenance: Provenance, facts: Checkpoint
     refuse_if(TARGET, refusals(config, facts))
     sampling = config.sampling
     checkpoint = provenance.checkpoint
-    notes = []
-    if config.weights == "fp8_e4m3":
+    notes = gpu_note(config, "SGLang runs another FP8 kernel (not checked here)")
+    strategy = converter_strategy(config)
+    if strategy:
         checkpoint = checkpoint.rstrip("/") + "-fp8"
         notes.append(f"first: python tools/convert_hf_to_fp8.py --model-dir {shell_word(provenance.checkpoint)} "
-                     f"--save-dir {shell_word(checkpoint)} --strategy block --block-size 128 128")
+                     f"--save-dir {shell_word(checkpoint)} --strategy {strategy}"
+                     + (" --block-size 128 128" if strategy == "block" else ""))
+    if strategy == "tensor":
+        notes.append("SGLang scales activations per tensor or per token as its FP8 kernel picks; the admission check "
+                     "measured per-tensor activation scales, the coarser of the two")
     flags = [f"--hf-checkpoint {shell_word(checkpoint)}"]
     if config.kv_cache != "none":
         flags.append(f"--sglang-kv-cache-dtype {config.kv_cache}")

@@ -4,6 +4,12 @@ where the trainer does not install from a registry:
 - verl: the overrides composed by Hydra on the config tree of the pinned ``verl`` wheel
   (``requirements-trainers.txt``, installed without dependencies into ``OPDWEB_TRAINERS_DIR``):
   an override of a key that does not exist fails the compose, as it fails verl's launch;
+  then the checks its trainer makes at init, run from the wheel's own source
+  (:mod:`.trainer_source`): for ``separate_async``, what ``PPOTrainerSeparateAsync.__init__``
+  asserts before it first touches the trainer (batch sizes against ``parameter_sync_step``,
+  a standalone rollout pool, a checkpoint engine other than ``naive``, a standalone reward
+  model); left out: everything after (Ray resource pools, workers, GPUs), and
+  ``validate_config`` of ``main_ppo`` (its config dataclasses import verl's package, Ray included);
 - prime-rl: every table and key of the TOML against ``manifests/prime-rl.json`` (its
   tables forbid unknown keys), and the TOML parsed by :mod:`tomllib`;
 - slime: every flag against ``manifests/slime.json``;
@@ -21,6 +27,7 @@ import tomllib
 from pathlib import Path
 
 from opdweb.exports import prime_rl, slime
+from opdweb.exports.trainer_source import definitions, method_prologue
 
 VERL_CONFIG_NAME = "ppo_trainer"
 
@@ -49,13 +56,31 @@ def compose_verl(overrides: list[str]):
         return compose(config_name=VERL_CONFIG_NAME, overrides=overrides)
 
 
+def verl_trainer_init_checks(cfg) -> None:
+    """The checks verl's trainer of ``cfg``'s ``trainer.v1.trainer_mode`` makes at init
+    before it builds anything, from the wheel's source; raises verl's AssertionError."""
+    if cfg.trainer.v1.trainer_mode != "separate_async":
+        return
+    from omegaconf import DictConfig
+
+    verl = trainers_dir() / "verl"
+    namespace = definitions(verl / "trainer" / "ppo" / "utils.py", ["need_reward_model"], {"DictConfig": DictConfig})
+    init = method_prologue(verl / "trainer" / "ppo" / "v1" / "trainer_separate_async.py", "PPOTrainerSeparateAsync",
+                           "__init__", ["config"], namespace)
+    init(cfg)
+
+
 def check_verl(text: str) -> list[str] | None:
     if not (verl_config_dir() / f"{VERL_CONFIG_NAME}.yaml").is_file():
         return None
     try:
-        compose_verl(verl_overrides_of(text))
+        cfg = compose_verl(verl_overrides_of(text))
     except Exception as exc:  # noqa: BLE001 - Hydra's errors have no common base but Exception
         return [f"verl's config tree refuses the overrides: {type(exc).__name__}: {exc}"]
+    try:
+        verl_trainer_init_checks(cfg)
+    except AssertionError as exc:
+        return [f"verl's {cfg.trainer.v1.trainer_mode} trainer stops at init: {exc}"]
     return []
 
 

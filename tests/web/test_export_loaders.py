@@ -115,7 +115,8 @@ def test_every_engine_of_the_matrix_is_exportable_to_some_trainer():
     assert reach["bf16"] == ["vllm", "verl", "prime-rl", "slime"]
     assert reach["fp8 w8a8 block"] == ["verl", "slime"]
     assert reach["block, two mlps bf16"] == ["verl"]  # on its SGLang rollout
-    assert reach["fp8 w8a8 tensor"] == reach["fp8 w8a8 channel"] == reach["two layers bf16"] == ["vllm", "prime-rl"]
+    assert reach["fp8 w8a8 tensor"] == ["vllm", "prime-rl", "slime"]  # slime: its converter's --strategy tensor
+    assert reach["fp8 w8a8 channel"] == reach["two layers bf16"] == ["vllm", "prime-rl"]
     assert reach["fp8 kv unit"] == ["vllm", "verl", "prime-rl", "slime"]
     assert reach["fp8 weight-only"] == reach["fp8 kv calibrated"] == []
 
@@ -142,3 +143,64 @@ def test_the_nearest_config_each_trainer_builds_is_one_it_does_not_refuse(partia
         nearest = RolloutConfig.model_validate(module.nearest(config))
         assert slug in nearest.targets
         assert target_refusals(nearest, None, method="opd:sampled+tis") == {}, (slug, nearest)
+
+
+@needs_verl
+def test_verls_own_sequence_mask_keeps_the_sequences_whose_ratio_is_within_the_admitted_bounds():
+    """verl bounds the sequence mean of ``-log r`` (``seq_mean_k1``), log(p_rollout / p_train),
+    the inverse of the config's ratio p_train / p_rollout: with bounds [0.5, 5], sequences
+    of ratio 3, 0.3, 1 and 4.5 are kept, dropped, kept, kept.  verl's own
+    ``compute_rollout_rejection_mask`` decides, read from the installed wheel (its package
+    imports Ray, so the function and ``masked_sum`` / ``masked_mean`` are taken from their files)."""
+    import math
+    import types
+    from typing import Any, Optional
+
+    import torch
+
+    from opdweb.exports.trainer_source import definitions
+    from opdweb.exports.verification import trainers_dir
+
+    verl = trainers_dir() / "verl"
+    verl_f = types.SimpleNamespace(**definitions(verl / "utils" / "torch_functional.py",
+                                                 ["masked_sum", "masked_mean"], {"torch": torch}))
+    helper = definitions(verl / "trainer" / "ppo" / "rollout_corr_helper.py",
+                         ["SAFETY_BOUND", "SUPPORTED_ROLLOUT_RS_OPTIONS", "TOKEN_LEVEL_ROLLOUT_RS_OPTIONS",
+                          "_parse_rollout_rs_thresholds", "compute_rs_metrics", "compute_rollout_rejection_mask"],
+                         {"math": math, "torch": torch, "verl_F": verl_f, "Optional": Optional, "Any": Any})
+    text, reasons = export_or_refusal("verl", {"correction": {"kind": "mask", "low": 0.5, "high": 5.0}})
+    assert reasons is None
+    correction = compose_verl([line for line in text.splitlines() if not line.startswith("#")]).algorithm \
+        .rollout_correction
+    ratios = torch.tensor([3.0, 0.3, 1.0, 4.5], dtype=torch.float64)
+    log_ratio = ratios.log().unsqueeze(-1).expand(4, 3)  # verl's log_ratio: old (trainer) minus rollout logprob
+    mask, _ = helper["compute_rollout_rejection_mask"](log_ratio, torch.ones(4, 3, dtype=torch.float64),
+                                                       correction.rollout_rs, correction.rollout_rs_threshold)
+    assert mask[:, 0].tolist() == [1.0, 0.0, 1.0, 1.0]
+    assert mask.eq(mask[:, :1]).all()  # whole sequences
+
+
+@needs_verl
+def test_verls_separate_async_trainer_passes_its_init_asserts_on_the_export():
+    """verl 0.9.1's ``PPOTrainerSeparateAsync.__init__`` asserts, before it builds Ray's pools,
+    ``train_batch_size == parameter_sync_step * ppo_mini_batch_size``, ``rollout.nnodes > 0``,
+    ``rollout.n_gpus_per_node > 0`` and ``checkpoint_engine.backend != "naive"``; the asserts
+    run from the wheel's source.  The tree's defaults (nnodes 0, backend naive) stop it."""
+    from opdweb.exports.verification import verl_trainer_init_checks
+
+    with pytest.raises(AssertionError, match="nnodes must be > 0"):
+        verl_trainer_init_checks(compose_verl(["trainer.v1.trainer_mode=separate_async"]))
+    text, _ = export_or_refusal("verl", {"staleness": 2})
+    overrides = [line for line in text.splitlines() if not line.startswith("#")]
+    cfg = compose_verl(overrides)
+    verl_trainer_init_checks(cfg)
+    assert check("verl", text) == []
+    # at any mini-batch size, one global step is one optimizer step
+    for mini_batch in (64, 256):
+        cfg = compose_verl([*overrides, f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}"])
+        assert cfg.data.train_batch_size == mini_batch and cfg.trainer.v1.separate_async.parameter_sync_step == 1
+        assert cfg.actor_rollout_ref.actor.ppo_epochs == 1
+        verl_trainer_init_checks(cfg)
+    assert cfg.trainer.v1.sampler.max_off_policy_threshold == 2
+    (stopped,) = check("verl", "\n".join(line for line in overrides if "checkpoint_engine" not in line))
+    assert stopped.startswith("verl's separate_async trainer stops at init: please use nccl/nixl/mooncake")

@@ -37,12 +37,15 @@ HOSTILE_NAMES = [
 HOSTILE_PATHS = ["/models/a b", "/models/it's", "/models/${oc.env:HOME}", "/models/x\\'y", "/models/$(reboot)",
                  "/models/a;b=c,d", "/models/[1,2]", '/models/"q"', "/models/tail\\", "/models/é"]
 HYDRA = OverridesParser.create()
+MINI_BATCH = "${actor_rollout_ref.actor.ppo_mini_batch_size}"  # verl's data.train_batch_size in separate_async
 
 
 def overrides(text: str) -> dict:
-    """verl's view: every non-comment line as Hydra parses it, resolved as OmegaConf holds it."""
+    """verl's view: every non-comment line as Hydra parses it, resolved as OmegaConf holds it
+    (the one interpolation the export writes itself, into verl's own tree, left as written)."""
     parsed = [HYDRA.parse_override(line) for line in text.splitlines() if line and not line.startswith("#")]
-    return {o.key_or_group: OmegaConf.create({"v": o.value()}).v for o in parsed}
+    return {o.key_or_group: o.value() if o.value() == MINI_BATCH else OmegaConf.create({"v": o.value()}).v
+            for o in parsed}
 
 
 def shell_words(text: str) -> list[str]:

@@ -22,7 +22,9 @@ in the tests by ``EngineArgs(**args).create_engine_config()`` of the pinned vllm
   online FP8 weights load no KV scales at all.  ``kv_scales: unit`` is what vLLM runs on a
   checkpoint without them.
 - ``logprobs_mode="processed_logprobs"``: the logprobs the trainer corrects with are the
-  ones the admission check measured (after temperature), not vLLM's raw default.
+  ones the admission check measured (after temperature), not vLLM's raw default.  They are
+  also after top-p, renormalised over the nucleus, which the admission check does not
+  measure: top_p < 1 is refused (:func:`nucleus_refusals`).
 """
 from __future__ import annotations
 
@@ -104,9 +106,20 @@ def screening_refusals(cfg: RolloutConfig) -> list[str]:
     return ["noise_sigma is a screening perturbation no engine runs"] if cfg.noise_sigma > 0 else []
 
 
-def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
+def nucleus_refusals(cfg: RolloutConfig, engine: str) -> list[str]:
+    """Where ``engine``'s processed logprobs (after temperature and top-p) are not the ones
+    the admission check measured: top-p renormalises them over the nucleus."""
+    if cfg.sampling.top_p >= 1.0:
+        return []
+    return [f"top_p < 1: {engine} returns processed logprobs, renormalised over the nucleus (top_p "
+            f"{cfg.sampling.top_p:g}), while the admission check measured the logprobs of the whole distribution "
+            "after temperature, as trainers score them; admit with top_p 1"]
+
+
+def vllm_engine_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
     """Every way vLLM :data:`VLLM_VERSION` would build another engine than ``cfg`` on this
-    checkpoint (``facts`` None: on any checkpoint, the checks that need one left out)."""
+    checkpoint, its sampling aside (``facts`` None: on any checkpoint, the checks that need
+    one left out)."""
     problems = screening_refusals(cfg)
     if cfg.weights in ("fp8_e5m2", "int8", "int4"):
         problems.append(f"weights {cfg.weights}: vLLM quantizes online to FP8 E4M3 only; serve a checkpoint "
@@ -128,6 +141,11 @@ def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None) -> list[str
                         "so it loads no k_scale / v_scale (from the checkpoint or a scale file) and runs scale 1.0; "
                         "admit with kv_scales unit")
     return problems
+
+
+def vllm_refusals(cfg: RolloutConfig, facts: CheckpointFacts | None) -> list[str]:
+    """:func:`vllm_engine_refusals`, and the logprobs vLLM's sampling returns."""
+    return vllm_engine_refusals(cfg, facts) + nucleus_refusals(cfg, "vLLM")
 
 
 def uses_scale_file(cfg: RolloutConfig, facts: CheckpointFacts) -> bool:
@@ -196,5 +214,5 @@ def vllm_sampling_params(sampling: SamplingConfig) -> dict:
 
 
 __all__ = ["FUSED_MODULES", "LOGPROBS_MODE", "VLLM_VERSION", "KeptInBf16", "NotExpressible", "kept_in_bf16",
-           "kv_cache_refusals", "module_name_refusals", "screening_refusals", "uses_scale_file", "vllm_engine_args",
-           "vllm_refusals", "vllm_sampling_params"]
+           "kv_cache_refusals", "module_name_refusals", "nucleus_refusals", "screening_refusals", "uses_scale_file",
+           "vllm_engine_args", "vllm_engine_refusals", "vllm_refusals", "vllm_sampling_params"]

@@ -45,9 +45,6 @@ def vllm_unsupported(cfg: RolloutConfig, on_cpu: bool, facts: CheckpointFacts | 
         problems.append("weights fp8_e4m3: FP8 weight quantization fails on vLLM's CPU backend (needs a CUDA GPU)")
     if cfg.kv_cache != "none" and on_cpu and not ({"avx512f", "amx_tile"} & _cpu_flags()):
         problems.append(f"kv_cache {cfg.kv_cache}: vLLM's CPU backend needs AVX-512 or AMX for an FP8 KV cache")
-    if cfg.sampling.top_p < 1.0:
-        problems.append("top_p < 1: vLLM's processed logprobs are renormalised over the nucleus, which trainers "
-                        "do not do when they score; use top_p 1 or engine hf")
     if cfg.fp8_matmul == "scaled_mm":
         problems.append("fp8_matmul scaled_mm: vLLM chooses its own FP8 kernels")
     return problems

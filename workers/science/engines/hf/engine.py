@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ...config import RolloutConfig, SamplingConfig
+from ...kernels import kernel_record
 from ..base import Rollouts, Scores, logprob_temperature, special_token_ids
 from .kv_cache import make_cache
 from .kv_scales import KvAmax, calibration_prompt_ids, static_kv_amax, unit_kv_amax
@@ -55,11 +56,16 @@ class HFEngine:
         return cls(model_dir, RolloutConfig(dtype=dtype), device)
 
     def info(self) -> dict:
-        """What the config did to the model: FP8 backend, quantized / kept modules, FP8 KV layers."""
+        """What the config did to the model: FP8 backend, quantized / kept modules, FP8 KV
+        layers, and the GPUs whose kernels it stands for."""
         p = self.prepared
         assert p is not None, "the engine is closed"
+        cuda = self.device.type == "cuda"
         return {
             "fp8_backend": p.fp8_backend,
+            "kernels": kernel_record(self.cfg, p.fp8_backend, self.device.type,
+                                     torch.cuda.get_device_capability(self.device) if cuda else None,
+                                     torch.cuda.get_device_name(self.device) if cuda else None),
             "quantized_modules": len(p.quantized),
             "kept_bf16": sorted(p.kept),
             "kv_fp8_layers": [i for i, f in enumerate(p.kv_formats) if f],
