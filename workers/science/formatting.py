@@ -20,9 +20,12 @@ def _num(x: Any, digits: int = 4) -> str:
 
 
 def _multiple_line(r: MismatchReport | SensitivityReport | DriftReport) -> str:
+    """The multiple with its CI and the unit pair it is of: a multiple means nothing without it."""
     ci = r.multiple_ci
     ci_s = f"  (95% CI {_num(ci[0], 3)}-{_num(ci[1], 3)})" if ci else ""
-    return (f"multiple  {_num(r.multiple, 4)} x BF16{ci_s}   "
+    multiple = "undefined (the unit is about zero)" if r.multiple is None and r.value is not None else \
+        f"{_num(r.multiple, 4)} x BF16{ci_s}"
+    return (f"multiple  {multiple}   of the unit pair {r.unit.pair}   "
             f"{r.metric} {_num(r.value)} vs BF16 {_num(r.reference_value)}")
 
 
@@ -40,7 +43,7 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 def _unit_lines(r: MismatchReport) -> list[str]:
     out = []
     unit = r.unit
-    out.append(f"unit      {unit.engine} BF16 ({unit.why or ''})")
+    out.append(f"unit      {unit.pair} ({unit.why or ''})")
     floor = r.floor
     if floor:
         out.append(f"floor     {_num(floor.get('value'))} x BF16: the unit against itself under a second seed "
@@ -160,7 +163,7 @@ def format_noise_solve(r: NoiseSolveResult) -> str:
     rows = [[t.sigma, t.multiple, _num(t.ci[0], 3) + "-" + _num(t.ci[1], 3) if t.ci else "-"] for t in r.trials]
     return "\n".join([
         f"noise sigma {_num(r.sigma)} realises {_num(r.multiple)}x (95% CI {r.multiple_ci}) of the "
-        f"{r.unit.engine} BF16 engine's {r.metric}; target {r.target_multiple:g}x",
+        f"{r.unit.pair} unit's {r.metric}; target {r.target_multiple:g}x",
         "", _table(["sigma", "multiple", "95% CI"], rows)])
 
 
@@ -199,7 +202,7 @@ def format_admission(r: AdmissionVerdict) -> str:
     b = r.budget
     lines = [f"{r.verdict.upper()}: {r.reason}",
              _multiple_line(r),
-             f"budget {_num(b.budget)}x ({b.method}, {b.status}); margin budget/multiple "
+             f"budget {_num(b.budget)}x BF16 of {b.pair} ({b.method}, {b.status}); margin budget/multiple "
              f"{_num(r.margin)}; KV capacity {_num(r.kv_capacity_gain)}x BF16"]
     if r.prompts_to_decide:
         lines.append(f"about {r.prompts_to_decide} prompts would likely decide it (now {r.prompts})")
