@@ -37,17 +37,21 @@ def test_per_layer_ranking_and_recipe(teacher):
     assert r["kv_cache"]["capacity_ratio"] == pytest.approx(2.0)
     assert r["unit"]["engine"] == "hf" and r["granularity"] == "layer"  # the BF16 unit, and what one part is
     assert "sensitivity/multiple" in {k for _, k, _ in rep.points}
-    # a target the least sensitive layer alone meets: keep the most sensitive one
-    target = r["ranking"][1]["multiple"] * 1.05
+    # a target the least sensitive layer alone meets, its whole CI under it (the recipe decides on the CI, as the
+    # admission does): keep the most sensitive one
+    target = r["ranking"][1]["multiple_ci"][1] * 1.05
     rec = sensitivity(teacher, target)["recipe"]
     top = int(r["ranking"][0]["unit"].split()[1])
-    assert rec["reached"] and rec["keep_bf16"] == [top] and rec["multiple"] <= target
+    assert rec["reached"] and rec["keep_bf16"] == [top] and rec["multiple_ci"][1] <= target
+    # a target between the point and the CI's upper end: the point is under it, but not shown under it
+    between = (r["ranking"][1]["multiple"] + r["ranking"][1]["multiple_ci"][1]) / 2
+    assert sensitivity(teacher, between)["recipe"]["reached"] is False
     # per-layer KV dtypes: the kept layer pulls the ratio below 2x: 2 layers * 2 bytes / (1 + 2)
     assert rec["kv_cache"]["capacity_ratio"] == pytest.approx(4 / 3)
 
 
 def test_a_config_already_under_target_needs_no_recipe(teacher):
-    cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(weights="fp8_e4m3"), prompts=48, bootstrap=0,
+    cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(weights="fp8_e4m3"), prompts=48, bootstrap=100,
                                target=1e6, device="cpu", reference_engine="hf")
     assert run_sensitivity(cfg).model_dump(mode="json")["recipe"]["keep_bf16"] == []
 
@@ -94,3 +98,57 @@ def test_the_admission_recipe_offers_the_ranked_layers_in_bf16_even_when_no_targ
     ok = [p for p in out["recipe_candidates"] if p["ci"] and p["ci"][1] is not None and p["ci"][1] * 1.0 < 1.2]
     assert (out["recipe"] is None) == (not ok)
     assert out["recipe"] == cheapest_within(out["recipe_candidates"], 1.2, 1.0)
+
+
+def test_parts_whose_cis_overlap_share_a_tier_and_the_report_says_their_order_is_not_known():
+    from workers.science.sensitivity import ranking_warnings, tiers
+
+    ranked = [{"unit": "layer 4", "multiple": 9.0, "multiple_ci": [7.0, 11.0]},
+              {"unit": "layer 1", "multiple": 8.0, "multiple_ci": [6.0, 10.0]},   # reaches 7: tied with the first
+              {"unit": "layer 2", "multiple": 5.0, "multiple_ci": [4.0, 6.5]},    # under 7: a new tier
+              {"unit": "layer 0", "multiple": 4.5, "multiple_ci": None},          # no CI: nothing separates it
+              {"unit": "layer 3", "multiple": 1.2, "multiple_ci": [1.0, 1.4]}]    # under 4: a new tier
+    assert tiers(ranked) == [1, 1, 2, 2, 3]
+    for row, tier in zip(ranked, tiers(ranked), strict=True):
+        row["tier"] = tier
+    (warning,) = ranking_warnings(ranked, prompts=64)
+    assert "top 2 parts overlap (layer 4, layer 1)" in warning and "now 64" in warning
+    assert ranking_warnings([dict(ranked[0], tier=1), dict(ranked[2], tier=2)], 64) == []
+
+
+def plant_a_sensitive_layer(source: str, out, layer: int, channels=(3, 17), scale: float = 64.0) -> str:
+    """A copy of ``source`` whose ``layer``'s MLP has two channels scaled up by ``scale`` in
+    up_proj and the same channels scaled down in down_proj: the same function (a power of two
+    scales exactly in fp32 and BF16), but an outlier that a per-tensor INT8 scale of up_proj must
+    cover, so that layer alone quantizes far worse than the others.  (FP8 is a float format: a
+    per-tensor scale moves the other rows down in exponent, not in relative precision, and the
+    same planting left the FP8 ranking within noise.)"""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, out)
+    weights = load_file(f"{out}/model.safetensors")
+    up, down = f"model.layers.{layer}.mlp.up_proj.weight", f"model.layers.{layer}.mlp.down_proj.weight"
+    for c in channels:
+        weights[up][c, :] *= scale
+        weights[down][:, c] /= scale
+    save_file(weights, f"{out}/model.safetensors", metadata={"format": "pt"})
+    return str(out)
+
+
+def test_a_planted_sensitive_layer_is_ranked_first_with_a_ci_clear_of_the_rest(teacher, tmp_path):
+    def scan(model):
+        cfg = SensitivityJobConfig(model=model, rollout=RolloutConfig(weights="int8", weight_scale="tensor"),
+                                   prompts=64, bootstrap=200, device="cpu", reference_engine="hf", task="arithmetic:1")
+        return run_sensitivity(cfg).model_dump(mode="json")
+
+    natural = scan(teacher)
+    quiet = int(natural["ranking"][-1]["unit"].split()[1])  # plant where the scan found the least
+    assert any(w.startswith("ranking:") for w in natural["warnings"]) == (natural["ranking"][-1]["tier"] == 1)
+    planted = scan(plant_a_sensitive_layer(teacher, tmp_path / "planted", quiet))
+    assert planted["reference_value"] == pytest.approx(natural["reference_value"], rel=1e-6)  # the same function
+    first, *rest = planted["ranking"]
+    assert first["unit"] == f"layer {quiet}" and first["tier"] == 1
+    assert all(first["multiple_ci"][0] > r["multiple_ci"][1] for r in rest)  # clear of the rest
+    assert not any(w.startswith("ranking:") for w in planted["warnings"])

@@ -29,5 +29,5 @@ def test_the_papers_pair_repeats_across_processes_and_thread_counts(student, tmp
     config.write_text("weights: fp8_e4m3\n")
     runs = [unit_k3(student, str(config), threads) for threads in (1, 2)]
     assert {(r["unit"]["engine"], r["unit"]["trainer"]) for r in runs} == {("vllm", "bf16")}  # the default pair
-    assert runs[0]["reference_value"] > 1e-7  # a unit, not about zero
+    assert runs[0]["reference_value_ci"][0] > 0  # a unit: every resample of prompts shows it
     assert runs[0]["reference_value"] == runs[1]["reference_value"]  # bit for bit

@@ -236,9 +236,10 @@ class MismatchRun:
                 and ci[0] <= floor["value"]:
             out.append(f"floor: the CI's lower end {ci[0]:.3g} is within the BF16 unit's own spread (floor "
                        f"{floor['value']:.3g}x): this multiple cannot be told apart from BF16")
-        if unit_vanishes(body.reference_value):
-            out.append(f"reference: the unit's {metric} is {body.reference_value:.2g}, about zero, so the multiple is "
-                       f"undefined; the absolute {metric} and its CI still stand")
+        if unit_vanishes(body.reference_value, body.reference_value_ci):
+            out.append(f"reference: the unit's {metric} is {body.reference_value:.2g} and cannot be told from zero "
+                       f"(its 95% CI reaches 0), so the multiple is undefined; the absolute {metric} and its CI "
+                       "still stand")
         if share is not None and share > 0.5:
             out.append(f"tail: the top 1% of tokens carry {share:.0%} of {metric}; the multiple rests on a few tokens")
         return out

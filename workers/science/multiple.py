@@ -35,14 +35,17 @@ def compare(session: MeasurementSession, m: Measurement, ref: Measurement, metri
     summary, ref_summary = summarize(m.records), summarize(ref.records)
     values, ref_values = metric_values(summary), metric_values(ref_summary)
     n = max(m.records.n_sequences, ref.records.n_sequences)
-    multiple, ci = multiple_with_ci(m.records, ref.records, metric, n, n_boot, seed=session.job.seed_effective)
-    if unit_vanishes(ref_values.get(metric)):  # undefined, not a huge number: the value and its CI still stand
+    seed = session.job.seed_effective
+    multiple, ci = multiple_with_ci(m.records, ref.records, metric, n, n_boot, seed=seed)
+    ref_ci = mean_with_ci(ref.records, metric, n, n_boot, seed=seed)
+    if unit_vanishes(ref_values.get(metric), ref_ci):  # undefined, not a huge number: the value and its CI stand
         multiple, ci = None, None
     out = {
         "metric": metric,
         "value": values.get(metric),
-        "value_ci": mean_with_ci(m.records, metric, n, n_boot, seed=session.job.seed_effective),
+        "value_ci": mean_with_ci(m.records, metric, n, n_boot, seed=seed),
         "reference_value": ref_values.get(metric),
+        "reference_value_ci": ref_ci,
         "multiple": finite_or_none(multiple),
         "multiple_ci": ci,
         "tokens": m.records.tokens,

@@ -11,7 +11,7 @@ admission's ``drift``) are declared in ``optional_keys`` and left out when not s
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
@@ -30,14 +30,18 @@ def multiple_of(value: float, unit_value: float) -> float | None:
     return float(value / unit_value)
 
 
-#: Below this unit value (k3-like, nats) a multiple divides by rounding noise and is undefined:
-#: the unit pair computes (nearly) the same logprobs, as batch-invariant kernels do on purpose.
-NEGLIGIBLE_UNIT = 1e-7
-
-
-def unit_vanishes(unit_value: float | None) -> bool:
-    """Whether the unit's measured value is too close to zero to divide by."""
-    return unit_value is not None and abs(unit_value) < NEGLIGIBLE_UNIT
+def unit_vanishes(unit_value: float | None, unit_ci: Sequence[float | None] | None) -> bool:
+    """Whether the unit pair measured no mismatch that can be told from zero: its value is 0, or
+    its 95 % CI over prompts reaches 0 (only a few prompts' tokens differ at all), as when the
+    engine and the trainer compute (nearly) the same logprobs, which batch-invariant kernels do
+    on purpose.  A multiple of such a unit is undefined.  A small unit that every prompt shows
+    (a confident model's BF16 rounding, 1e-9 nats) is still a unit."""
+    if unit_value is None:
+        return False
+    if unit_value <= 0:
+        return True
+    low = unit_ci[0] if unit_ci else None
+    return low is not None and low <= 0
 
 
 def unit_pair(engine: str, trainer: str | None) -> str:
@@ -96,11 +100,12 @@ class UnitOfMultiple(JobResult):
 class Comparison(JobResult):
     """A measurement against its BF16 reference: the body every measuring report shares."""
 
-    optional_keys = frozenset({"buckets", "value_ci"})
+    optional_keys = frozenset({"buckets", "value_ci", "reference_value_ci"})
 
     metric: str
     value: float | None
     value_ci: CI = None  # the absolute value's 95 % CI over prompts (reports before it had none)
+    reference_value_ci: CI = None  # the unit's, likewise
     reference_value: float | None
     multiple: float | None
     multiple_ci: CI
@@ -148,6 +153,7 @@ class SensitivityRow(JobResult):
     multiple_ci: CI
     value: float | None
     rank: int
+    tier: int | None = None  # parts of one tier have overlapping CIs (scans stored before tiers have none)
 
 
 class SensitivityReport(JobResult):

@@ -72,6 +72,38 @@ class Progress:
         return k / self.total, min(1.0, (k + 1) / self.total)
 
 
+def shown_under(ci, target: float | None) -> bool:
+    """Whether a multiple's 95 % CI lies under ``target``."""
+    return target is not None and bool(ci) and ci[1] is not None and ci[1] <= target
+
+
+def tiers(ranked: list[dict]) -> list[int]:
+    """Tiers of a ranking (largest multiple first): a part joins the tier of the part that
+    opened it while its 95 % CI reaches that part's CI, so parts in one tier cannot be told
+    apart and only the order of tiers is known.  A part without a CI joins the tier before it
+    (nothing separates it)."""
+    out: list[int] = []
+    tier, opener_low = 0, None
+    for row in ranked:
+        ci = row.get("multiple_ci")
+        high = ci[1] if ci and ci[1] is not None else None
+        if not out or (high is not None and opener_low is not None and high < opener_low):
+            tier += 1
+            opener_low = ci[0] if ci and ci[0] is not None else None
+        out.append(tier)
+    return out
+
+
+def ranking_warnings(ranked: list[dict], prompts: int) -> list[str]:
+    """What the ranking does not know: the top tier's parts whose CIs overlap."""
+    top = [row["unit"] for row in ranked if row.get("tier") == 1]
+    if len(top) < 2:
+        return []
+    shown = ", ".join(top[:5]) + (f" and {len(top) - 5} more" if len(top) > 5 else "")
+    return [f"ranking: the 95 % CIs of the top {len(top)} parts overlap ({shown}): their order is not known, "
+            f"only that they lead the rest; measure more prompts (now {prompts}) to separate them"]
+
+
 def smallest_passing(lo: int, hi: int, passes: Callable[[int], bool]) -> int | None:
     """The smallest k in [lo, hi] with ``passes(k)``, for a ``passes`` that stays true once
     true (binary search); None when no k passes."""
@@ -128,6 +160,8 @@ class SensitivityRun:
                 self.reporter.log(i, {"sensitivity/multiple": value})
         order = sorted(range(len(self.parts)), key=lambda i: -(rows[i]["multiple"] or 0.0))
         ranked = [dict(rows[i], rank=r + 1) for r, i in enumerate(order)]
+        for row, tier in zip(ranked, tiers(ranked), strict=True):
+            row["tier"] = tier
         return ranked, [self.parts[i] for i in order]
 
     def search_recipe(self, ranked_units: list[ScannedPart], full_report: Comparison) -> dict:
@@ -146,7 +180,7 @@ class SensitivityRun:
         full_capacity = kv_capacity(self.session.model_config, full_formats)["capacity_ratio"]
         trials: dict[int, dict] = {}
         n = len(ranked_units)
-        if full_mult is not None and full_mult <= target:
+        if shown_under(full_report.multiple_ci, target):
             best: int | None = 0
             trials[0] = {"kept": 0, "multiple": full_mult, "multiple_ci": full_report.multiple_ci}
         elif n >= 2:
@@ -174,14 +208,15 @@ class SensitivityRun:
         return recipe
 
     def try_keeping(self, kept: list[ScannedPart], trials: dict[int, dict]) -> bool:
-        """Measure the config with ``kept`` in BF16, record the trial; True under the target."""
+        """Measure the config with ``kept`` in BF16, record the trial; True when its 95 % CI lies
+        under the target (the admission's rule: a point under it is not shown under it)."""
         k = len(kept)
         m = self.measure(with_kept(self.rollout, kept), f"recipe: keep {k} in BF16")
         value, ci = self.multiple(m)
         trials[k] = {"kept": k, "multiple": value, "multiple_ci": ci}
         if value is not None:
             self.reporter.log(k, {"sensitivity/recipe_multiple": value})
-        return value is not None and self.cfg.target is not None and value <= self.cfg.target
+        return shown_under(ci, self.cfg.target)
 
 
 def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None) -> SensitivityReport:
@@ -208,7 +243,7 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
         "rollout": rollout.model_dump(mode="json"),
         "unit": {"engine": run.ref.cfg.engine, "dtype": "bf16", "trainer": session.trainer_dtype,
                  "why": session.unit_reason if own_unit else "asked for"},
-        "warnings": session.warnings,
+        "warnings": session.warnings + ranking_warnings(ranked, len(session.prompt_ids)),
         **full_report.model_dump(mode="json", include={"value", "reference_value", "multiple", "multiple_ci",
                                                        "tokens", "metrics"}),
         "ranking": ranked,

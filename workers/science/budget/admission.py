@@ -96,7 +96,7 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
 def unit_vanished(report: MismatchReport) -> bool:
     """The unit pair measured no mismatch at all (its engine and trainer compute bitwise-equal
     logprobs, as batch-invariant kernels do on purpose): every multiple is undefined."""
-    return unit_vanishes(report.reference_value) and not report.identical_to_unit
+    return unit_vanishes(report.reference_value, report.reference_value_ci) and not report.identical_to_unit
 
 
 def judge(report: MismatchReport, spec: BudgetSpec) -> tuple[str, Decision]:
@@ -107,7 +107,7 @@ def judge(report: MismatchReport, spec: BudgetSpec) -> tuple[str, Decision]:
         return "multiple", decide(report.multiple, report.multiple_ci, spec.budget, spec.status, report.prompts)
     absolute = spec.absolute_budget
     vanished = (f"this check's unit ({report.unit.pair}) measured {report.metric} = {report.reference_value:.2g}, "
-                "about zero, so the multiple is undefined")
+                "which cannot be told from zero, so the multiple is undefined")
     if absolute is None:
         return "absolute", Decision("inconclusive", f"{vanished}, and the budget records no unit value to judge the "
                                                     f"absolute {report.metric} against; calibrate in a pair whose unit "
