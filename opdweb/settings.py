@@ -10,6 +10,8 @@ from urllib.parse import unquote
 
 import environ
 
+from opdweb.deployment import channel_prefix
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -177,11 +179,16 @@ WEBHOOK_CA_FILE = env.str("WEBHOOK_CA_FILE", default="")  # CAs for receivers' T
 # dropped message costs nothing a reconnect cannot recover.  Redis pub/sub: a job's
 # message crosses Redis once per web process, which holds one subscription per job and
 # fans it out to its own clients (a list layer would push and pop it once per client).
+# Pub/sub ignores Redis's database number: every channel name carries this deployment's
+# prefix (default: made from its database, opdweb/deployment.py), so deployments sharing
+# a Redis server never hear each other's jobs.
+CHANNEL_PREFIX = env.str("CHANNEL_PREFIX", default=channel_prefix(DATABASES["default"]))
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {
             "hosts": [{"address": REDIS_URL, "socket_connect_timeout": 5, "socket_keepalive": True}],
+            "prefix": CHANNEL_PREFIX,
         },
     }
 }
