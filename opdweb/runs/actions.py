@@ -52,7 +52,7 @@ def experiment_by_id(token: ApiToken, experiment_id: str, *, make_default: bool 
         exp = MlflowExperiment.objects.filter(team=token.team_id, name=DEFAULT_EXPERIMENT_NAME).first()
     else:
         exp = (MlflowExperiment.objects.filter(team=token.team_id, pk=int(experiment_id)).first()
-               if experiment_id.isdigit() and len(experiment_id) < 19 else None)
+               if experiment_id.isascii() and experiment_id.isdigit() and len(experiment_id) < 19 else None)
     if exp is None:
         raise errors.not_found(f"No experiment with id {experiment_id!r} in team {token.team.slug}")
     return exp

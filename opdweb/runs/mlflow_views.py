@@ -44,7 +44,7 @@ def get_experiment_by_name(token, data):
 
 @endpoint("GET", "experiments/get")
 def get_experiment(token, data):
-    return {"experiment": shapes.experiment(actions.experiment_by_id(token, read.text(data, "experiment_id")))}
+    return {"experiment": shapes.experiment(actions.experiment_by_id(token, read.experiment_id(data)))}
 
 
 @endpoint("POST", "experiments/create")
@@ -57,7 +57,7 @@ def create_experiment(token, data):
 @endpoint("POST", "runs/create")
 def create_run(token, data):
     start_time = read.int64(data["start_time"], "start_time") if data.get("start_time") is not None else None
-    run = actions.do_start_run(token, experiment_id=read.text(data, "experiment_id", required=False, default="0"),
+    run = actions.do_start_run(token, experiment_id=read.experiment_id(data, required=False, default="0"),
                                user_id=read.text(data, "user_id", required=False, max_length=255),
                                start_time=start_time, tags=read.tags(data),
                                run_name=read.text(data, "run_name", required=False, max_length=250))
