@@ -101,13 +101,15 @@ DATABASES["default"]["HOST"] = unquote(DATABASES["default"]["HOST"])
 # Health checks: a connection is tested before use (handed out by the pool, or reused),
 # so a database restart costs no request.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-# A database that does not answer costs a request a few seconds, then a 503, not a hang.
+# A database that does not answer costs a request at most this long, then a 503 (with
+# Retry-After), not a hang: the connect timeout, and under ASGI the pool's wait for a
+# connection (which its workers are still trying to open) too.
 DB_CONNECT_TIMEOUT_S = env.int("DB_CONNECT_TIMEOUT_S", default=3)
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = DB_CONNECT_TIMEOUT_S
 if env.bool("OPDWEB_DB_POOL", default=False):
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 16,
-                                                                  "timeout": DB_CONNECT_TIMEOUT_S + 2}
+                                                                  "timeout": DB_CONNECT_TIMEOUT_S}
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

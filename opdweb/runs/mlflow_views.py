@@ -13,7 +13,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from opdweb.refusals import Refused
+from opdweb.refusals import RETRY_AFTER_OUTAGE, Refused
 from opdweb.runs import actions
 from opdweb.runs import mlflow_requests as read
 from opdweb.runs import mlflow_shapes as shapes
@@ -114,7 +114,7 @@ def dispatch(request, path: str):
     except (OperationalError, InterfaceError):
         log.warning("mlflow %s %s: database unreachable", request.method, path, exc_info=True)
         return mlflow_error(Refused("the database is unreachable; nothing was changed, try again in a moment",
-                                    status=503))
+                                    status=503, headers=RETRY_AFTER_OUTAGE))
 
 
 def _answer(request, path: str) -> dict:
