@@ -3,20 +3,23 @@
 Redis pub/sub channels ignore the database number of ``REDIS_URL``: two deployments on
 one Redis server would hear each other's live messages for the same job id.  So every
 channel-layer name carries a prefix naming the deployment.  By default it is made from
-the deployment's database (host, port and name): one database, one deployment.
+what every process of one deployment shares and two deployments on one Redis server
+cannot: the Redis database number (two deployments on one number would share their job
+queues too) and the PostgreSQL database's name.  Not the database's host: a worker on a
+GPU host may reach the same server by another name than the web host does, and would
+then publish where no page listens.
 
 No Django here: the settings call it.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 
-def channel_prefix(database: Mapping) -> str:
-    """``opdweb.<database name>.<digest of host:port/name>``: readable in ``PUBSUB
-    CHANNELS``, and distinct for two databases of one name on two hosts."""
-    where = f"{database.get('HOST') or ''}:{database.get('PORT') or ''}/{database.get('NAME') or ''}"
-    name = re.sub(r"[^A-Za-z0-9_-]", "_", str(database.get("NAME") or ""))[:40]
-    return f"opdweb.{name}.{hashlib.sha256(where.encode()).hexdigest()[:12]}"
+def channel_prefix(database: Mapping, redis_url: str) -> str:
+    """``opdweb.<database name>.redis<number>``, e.g. ``opdweb.opdweb.redis0``."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", str(database.get("NAME") or ""))[:60]
+    number = (urlsplit(redis_url).path.strip("/") or "0").split("/")[0]
+    return f"opdweb.{name}.redis{number if number.isdigit() else '0'}"

@@ -182,9 +182,9 @@ WEBHOOK_CA_FILE = env.str("WEBHOOK_CA_FILE", default="")  # CAs for receivers' T
 # message crosses Redis once per web process, which holds one subscription per job and
 # fans it out to its own clients (a list layer would push and pop it once per client).
 # Pub/sub ignores Redis's database number: every channel name carries this deployment's
-# prefix (default: made from its database, opdweb/deployment.py), so deployments sharing
-# a Redis server never hear each other's jobs.
-CHANNEL_PREFIX = env.str("CHANNEL_PREFIX", default=channel_prefix(DATABASES["default"]))
+# prefix (default: made from its Redis database number and PostgreSQL database name,
+# opdweb/deployment.py), so deployments sharing a Redis server never hear each other's jobs.
+CHANNEL_PREFIX = env.str("CHANNEL_PREFIX", default=channel_prefix(DATABASES["default"], REDIS_URL))
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
