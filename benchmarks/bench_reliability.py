@@ -17,6 +17,14 @@ never touches the queues of a running instance; every process it starts is stopp
 3. **50 websocket clients + 5 logging jobs** on a real daphne: each client resumes and
    acknowledges every points message, as the page does; points missing / duplicated
    against the formula, p95 live latency, daphne's resident memory.
+6. **soak**: an MLflow run logging at 1,000 points/s (the official client, 100 metrics
+   every 0.1 s) through a real daphne, while PostgreSQL, Redis, the web server and the
+   worker (busy with a stream of ``selftest`` jobs) are each killed with SIGKILL in turn and
+   come back (the servers by their supervisor, daphne on its port, a fresh worker, the reaper
+   and the resender running); then every point the product answered for must be stored
+   exactly once, and every job must have succeeded with its points once each.  In a child
+   process with its own embedded PostgreSQL and Redis.  ``--soak-seconds`` (default 120;
+   ``--soak-seconds 600`` for the issue's ten minutes).
 4. + 5. **schemathesis** (``tests/web/test_openapi_fuzz.py``) and the **authorization
    matrix** (``tests/web/test_authorization_matrix.py``), run by pytest, read from what they print.
 """
@@ -344,6 +352,191 @@ def scenario_postgres(tmp: Path, steps: int) -> dict:
     return json.loads(result[-1].removeprefix("RESULT "))
 
 
+# ---------------------------------------------------------------- 6. soak: kill everything in turn under an MLflow run
+
+SOAK_WRITER = """
+import json, sys, time
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+seconds, rate = float(sys.argv[1]), int(sys.argv[2])
+keys, per_call = 10, rate // 10  # one call every 0.1 s: per_call points, keys x steps
+steps_per_call = per_call // keys
+client = MlflowClient()
+run = client.create_run("0", run_name="soak")
+print("RUN " + run.info.run_id, flush=True)
+step, started = 0, time.monotonic()
+while time.monotonic() - started < seconds:
+    due = started + (step // steps_per_call) * 0.1
+    if due > time.monotonic():
+        time.sleep(due - time.monotonic())
+    metrics = [Metric(f"k{k}", s * 0.5 + k, int(time.time() * 1000), s)
+               for s in range(step, step + steps_per_call) for k in range(keys)]
+    try:
+        client.log_batch(run.info.run_id, metrics=metrics)
+        print(f"ANSWERED {step} {step + steps_per_call - 1}", flush=True)
+    except Exception as exc:  # the client gave up after its retries: not answered
+        print(f"REFUSED {step} {step + steps_per_call - 1} {type(exc).__name__}", flush=True)
+    step += steps_per_call
+client.set_terminated(run.info.run_id)
+print("DONE", flush=True)
+"""
+SOAK_KEYS = 10
+SOAK_JOB = {"steps": 200, "sleep_s": 0.05}  # 10 s of work: the worker is always busy
+
+
+def scenario_soak_child(data_dir: Path, seconds: float, rate: int) -> dict:
+    """Runs in a child process whose Django uses the embedded PostgreSQL and Redis started
+    here, each under a supervisor as the launcher holds them."""
+    from opdweb.embedded_servers import start_embedded_postgres
+
+    pg_url, pg = start_embedded_postgres(data_dir)
+    redis_url, rd = start_embedded_redis(data_dir)
+    servers = Supervisor([pg, rd])
+    os.environ.update({"DATABASE_URL": pg_url, "REDIS_URL": redis_url, **FAST})
+    import redis
+    from django.db import connection
+    from harness import bench_database, team_and_user
+
+    from opdweb.health.models import WorkerPresence
+    from opdweb.jobs.actions import do_reap_stale_jobs, do_resend_lost_messages, do_submit_job
+    from opdweb.jobs.models import Job, JobState
+    from opdweb.runs.models import MlflowRun
+    from opdweb.tokens.actions import do_create_token
+
+    def quietly(action):
+        """``action()``, or None while a server is down (the soak's own bookkeeping)."""
+        try:
+            return action()
+        except Exception:  # noqa: BLE001
+            connection.close()
+            return None
+
+    try:
+        with bench_database("opdweb_bench_soak"):
+            team, user, _ = team_and_user()
+            _, secret = do_create_token(user=user, team=team, name="soak", can_write=True)
+            stack = Stack(data_dir)
+            port = free_port()
+
+            def start_daphne() -> Child:
+                child = Child("daphne", [sys.executable, "-m", "opdweb.web_server", "-b", "127.0.0.1", "-p",
+                                         str(port), "opdweb.asgi:application"], stack.env, data_dir)
+                stack.children.append(child)
+                return child
+
+            def fresh_connection() -> bool:
+                connection.close()  # not the one opened before the kill: its backend may linger a moment
+                connection.ensure_connection()
+                return True
+
+            def back(target: str, killed_pid: int) -> bool:
+                """Whether a killed ``target`` serves again (a worker: a fresh one reported in)."""
+                if target == "PostgreSQL":
+                    return pg.alive() and pg.pid != killed_pid and bool(quietly(fresh_connection))
+                if target == "Redis":
+                    return bool(quietly(lambda: redis.Redis.from_url(redis_url, socket_timeout=1).ping()))
+                if target == "web server":
+                    return reachable("127.0.0.1", port)
+                return bool(quietly(lambda: WorkerPresence.objects.filter(pid=worker.pid).exists()))
+
+            web = start_daphne()
+            wait_for(lambda: reachable("127.0.0.1", port), 60, "daphne to listen", 0.2)
+            worker = stack.worker("soak-0")
+            jobs = [do_submit_job(team=team, user=user, kind_name="selftest", config=SOAK_JOB).pk]
+            env = {**stack.env, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}/mlflow",
+                   "MLFLOW_TRACKING_TOKEN": secret, "MLFLOW_DISABLE_TELEMETRY": "true"}
+            writer_log = open(data_dir / "writer.log", "w+")
+            writer = subprocess.Popen([sys.executable, "-c", SOAK_WRITER, str(seconds), str(rate)], env=env,
+                                      cwd=ROOT, stdout=writer_log, stderr=subprocess.STDOUT)
+            started = time.monotonic()
+            targets = ["PostgreSQL", "Redis", "web server", "worker"]
+            period = seconds / (len(targets) + 1)
+            kills: list[dict] = []
+            workers = 1
+            while writer.poll() is None or time.monotonic() - started < seconds:
+                now = time.monotonic() - started
+                if len(kills) < int(now // period) and now < seconds - period / 2:
+                    target = targets[len(kills) % len(targets)]
+                    victim = {"PostgreSQL": pg, "Redis": rd, "web server": web, "worker": worker}[target]
+                    killed_pid = victim.pid
+                    if target in ("PostgreSQL", "Redis"):
+                        os.kill(killed_pid, signal.SIGKILL)  # the server process; its supervisor starts it again
+                    else:
+                        victim.kill(signal.SIGKILL)
+                    kills.append({"target": target, "at_s": round(now, 1), "back_after_s": None,
+                                  "killed": time.monotonic(), "pid": killed_pid})
+                servers.check()  # PostgreSQL and Redis started again on their data
+                if web.proc.poll() is not None:
+                    web = start_daphne()
+                if worker.proc.poll() is not None:
+                    worker = stack.worker(f"soak-{workers}", wait=False)
+                    workers += 1
+                for kill in kills:
+                    if kill["back_after_s"] is None and back(kill["target"], kill["pid"]):
+                        kill["back_after_s"] = round(time.monotonic() - kill["killed"], 1)
+                quietly(do_reap_stale_jobs)
+                quietly(do_resend_lost_messages)
+                last = quietly(lambda: Job.objects.get(pk=jobs[-1]))
+                if last is not None and last.is_terminal and now < seconds:
+                    made = quietly(lambda: do_submit_job(team=team, user=user, kind_name="selftest",
+                                                         config=SOAK_JOB))
+                    if made is not None:
+                        jobs.append(made.pk)
+                if time.monotonic() - started > seconds + 600:
+                    writer.kill()
+                    raise RuntimeError("the MLflow writer did not finish within 10 minutes of the soak's end")
+                time.sleep(0.2)
+
+            def all_jobs_ended() -> bool:
+                servers.check()
+                quietly(do_reap_stale_jobs)
+                quietly(do_resend_lost_messages)
+                return quietly(lambda: Job.objects.filter(pk__in=jobs).exclude(
+                    state__in=[JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]).count()) == 0
+
+            wait_for(all_jobs_ended, 300, "the soak's jobs to end", 0.5)
+            writer_log.seek(0)
+            lines = writer_log.read().splitlines()
+            run_id = next(line.split()[1] for line in lines if line.startswith("RUN "))
+            answered = {(f"k{k}", step) for line in lines if line.startswith("ANSWERED ")
+                        for step in range(int(line.split()[1]), int(line.split()[2]) + 1) for k in range(SOAK_KEYS)}
+            refused = sum(1 for line in lines if line.startswith("REFUSED "))
+            run_job = MlflowRun.objects.get(run_id=run_id).job_id
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT s.key, p.step, p.value FROM traces_tracepoint p JOIN traces_traceseries s "
+                               "ON s.id = p.series_id WHERE s.job_id = %s", [run_job])
+                rows = cursor.fetchall()
+            stored = {(key, step): value for key, step, value in rows}
+            lost = len([point for point in answered if point not in stored])
+            wrong = sum(1 for (key, step), value in stored.items() if value != step * 0.5 + int(key[1:]))
+            states = dict(Job.objects.filter(pk__in=jobs).values_list("pk", "state"))
+            job_errors = [point_errors(pk, SOAK_JOB["steps"]) for pk in jobs]
+            stack.stop()
+        shown = [{k: v for k, v in kill.items() if k not in ("killed", "pid")} for kill in kills]
+        return {"seconds": seconds, "rate": rate, "kills": shown,
+                "answered": len(answered), "refused_batches": refused, "stored": len(rows),
+                "stored_distinct": len(stored), "lost": lost, "wrong": wrong,
+                "extra": len(set(stored) - answered), "jobs": len(jobs),
+                "jobs_succeeded": sum(state == JobState.SUCCEEDED for state in states.values()),
+                "job_points_lost": sum(e[0] for e in job_errors),
+                "job_points_duplicated": sum(e[1] for e in job_errors),
+                "load_at_end": os.getloadavg()[0]}
+    finally:
+        servers.stop()
+
+
+def scenario_soak(tmp: Path, seconds: float, rate: int) -> dict:
+    from harness import child_env
+
+    out = subprocess.run([sys.executable, __file__, "--soak-child", str(tmp / "soak"), "--soak-seconds",
+                          str(seconds), "--soak-rate", str(rate)],
+                         env=child_env(), cwd=ROOT, capture_output=True, text=True, timeout=seconds + 1200)
+    result = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if out.returncode != 0 or not result:
+        raise RuntimeError(f"the soak failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return json.loads(result[-1].removeprefix("RESULT "))
+
+
 # ---------------------------------------------------------------- 3. websocket clients + logging jobs
 
 def cpu_seconds(pid: int) -> float:
@@ -537,6 +730,19 @@ def table(r: dict) -> str:
             f"**{x['lost']} points lost, {x['duplicated']} duplicated** of {2 * x['steps']} | `selftest` "
             f"{x['steps']} steps × {x['sleep_s']:g} s on a worker, the embedded PostgreSQL (under a `Supervisor` as "
             f"the launcher holds it) SIGKILLed at step {x['steps'] // 2}, the reaper running |")
+    if "soak" in r:
+        x = r["soak"]
+        kills = ", ".join(f"{k['target']} at {k['at_s']:.0f} s (back after {k['back_after_s']} s)" for k in x["kills"])
+        rows.append(
+            f"| soak: an MLflow run at {x['rate']:,} points/s for {x['seconds']:.0f} s, PostgreSQL, Redis, the web "
+            f"server and the worker each killed -9 in turn | **{x['lost']} of {x['answered']:,} answered points "
+            f"lost, {x['stored'] - x['stored_distinct']} stored twice**, {x['wrong']} wrong ({x['extra']} more "
+            f"stored from batches whose answer the kill cut off; {x['refused_batches']} batches the client gave up "
+            f"on); {x['jobs_succeeded']} of {x['jobs']} worker jobs succeeded, {x['job_points_lost']} of their "
+            f"points lost, {x['job_points_duplicated']} duplicated | the official client (`log_batch` of 100 every "
+            f"0.1 s, its own retries), a real daphne restarted on its port, the embedded servers under a "
+            f"`Supervisor`, `selftest` jobs back to back on the worker, the reaper and the resender running; kills: "
+            f"{kills}; load average {x['load_at_end']:.1f} at the end |")
     if "ws" in r:
         w = r["ws"]
         rows.append(
@@ -576,7 +782,7 @@ def table(r: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", default="opdweb_bench_reliability")
-    parser.add_argument("--only", default="kill,redis,pg,ws,tests", help="scenarios to run, comma separated")
+    parser.add_argument("--only", default="kill,redis,pg,soak,ws,tests", help="scenarios to run, comma separated")
     parser.add_argument("--kill-steps", type=int, default=400)
     parser.add_argument("--redis-jobs", type=int, default=20)
     parser.add_argument("--redis-settle", type=float, default=0.0, help="seconds between the last submit and the kill")
@@ -584,15 +790,23 @@ def main() -> int:
     parser.add_argument("--ws-clients-per-job", type=int, default=10)
     parser.add_argument("--ws-steps", type=int, default=300)
     parser.add_argument("--fuzz-examples", type=int, default=25)
+    parser.add_argument("--soak-seconds", type=float, default=120.0,
+                        help="how long the soak's run logs (600 for the issue's ten minutes)")
+    parser.add_argument("--soak-rate", type=int, default=1000, help="the soak run's points per second")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the started processes' logs (their folder is printed on failure)")
     parser.add_argument("--redis-child", help=argparse.SUPPRESS)
     parser.add_argument("--pg-child", help=argparse.SUPPRESS)
+    parser.add_argument("--soak-child", help=argparse.SUPPRESS)
     parser.add_argument("--jobs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.pg_child:
         result = scenario_postgres_child(Path(args.pg_child), Path(args.pg_child), args.kill_steps, 0.02)
+        print("RESULT " + json.dumps(result), flush=True)
+        return 0
+    if args.soak_child:
+        result = scenario_soak_child(Path(args.soak_child), args.soak_seconds, args.soak_rate)
         print("RESULT " + json.dumps(result), flush=True)
         return 0
     if args.redis_child:
@@ -624,6 +838,9 @@ def main() -> int:
                 if "pg" in only:
                     results["pg"] = scenario_postgres(tmp, args.kill_steps)
                     print("postgres:", results["pg"], flush=True)
+                if "soak" in only:
+                    results["soak"] = scenario_soak(tmp, args.soak_seconds, args.soak_rate)
+                    print("soak:", results["soak"], flush=True)
                 if "ws" in only:
                     results["ws"] = scenario_websockets(stack, team, user, cookie, args.ws_jobs,
                                                         args.ws_clients_per_job, args.ws_steps, 0.01)

@@ -76,7 +76,11 @@ def database_url(name: str | None = None, scheme: str = "postgres") -> str:
 
 def child_env() -> dict:
     """Environment for child processes: this (bench) database, the same Redis."""
-    return {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1"}
+    from django.conf import settings
+
+    # The same deployment as this process, whose prefix was made from the database it started on.
+    return {**os.environ, "DATABASE_URL": database_url(), "CHANNEL_PREFIX": settings.CHANNEL_PREFIX,
+            "PYTHONUNBUFFERED": "1"}
 
 
 @contextlib.contextmanager

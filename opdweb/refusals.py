@@ -10,6 +10,9 @@ from pydantic import BaseModel, ValidationError
 
 from workers.science.config import validation_problems
 
+#: On a 503 (the database or the job queue unreachable): when a client may try again.
+RETRY_AFTER_OUTAGE = {"Retry-After": "5"}
+
 
 class Refused(ValueError):
     def __init__(self, message: str, status: int = 400, details: list | None = None,

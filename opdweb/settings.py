@@ -10,6 +10,8 @@ from urllib.parse import unquote
 
 import environ
 
+from opdweb.deployment import channel_prefix
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -99,13 +101,15 @@ DATABASES["default"]["HOST"] = unquote(DATABASES["default"]["HOST"])
 # Health checks: a connection is tested before use (handed out by the pool, or reused),
 # so a database restart costs no request.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-# A database that does not answer costs a request a few seconds, then a 503, not a hang.
+# A database that does not answer costs a request at most this long, then a 503 (with
+# Retry-After), not a hang: the connect timeout, and under ASGI the pool's wait for a
+# connection (which its workers are still trying to open) too.
 DB_CONNECT_TIMEOUT_S = env.int("DB_CONNECT_TIMEOUT_S", default=3)
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = DB_CONNECT_TIMEOUT_S
 if env.bool("OPDWEB_DB_POOL", default=False):
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 16,
-                                                                  "timeout": DB_CONNECT_TIMEOUT_S + 2}
+                                                                  "timeout": DB_CONNECT_TIMEOUT_S}
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -177,11 +181,16 @@ WEBHOOK_CA_FILE = env.str("WEBHOOK_CA_FILE", default="")  # CAs for receivers' T
 # dropped message costs nothing a reconnect cannot recover.  Redis pub/sub: a job's
 # message crosses Redis once per web process, which holds one subscription per job and
 # fans it out to its own clients (a list layer would push and pop it once per client).
+# Pub/sub ignores Redis's database number: every channel name carries this deployment's
+# prefix (default: made from its Redis database number and PostgreSQL database name,
+# opdweb/deployment.py), so deployments sharing a Redis server never hear each other's jobs.
+CHANNEL_PREFIX = env.str("CHANNEL_PREFIX", default=channel_prefix(DATABASES["default"], REDIS_URL))
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {
             "hosts": [{"address": REDIS_URL, "socket_connect_timeout": 5, "socket_keepalive": True}],
+            "prefix": CHANNEL_PREFIX,
         },
     }
 }

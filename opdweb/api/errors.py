@@ -5,6 +5,8 @@ import sys
 
 from django.http import HttpResponse, JsonResponse
 
+from opdweb.refusals import RETRY_AFTER_OUTAGE
+
 
 def problem(status: int, detail: str, errors: list | None = None,
             headers: dict[str, str] | None = None) -> JsonResponse:
@@ -46,8 +48,9 @@ def _database_unreachable() -> bool:
 def server_error(request):
     if _database_unreachable():  # an outage, not a bug: 503, which a client may retry
         if _under_api(request):
-            return problem(503, DATABASE_DOWN)
-        return HttpResponse(DATABASE_DOWN, status=503, content_type="text/plain; charset=utf-8")
+            return problem(503, DATABASE_DOWN, headers=RETRY_AFTER_OUTAGE)
+        return HttpResponse(DATABASE_DOWN, status=503, content_type="text/plain; charset=utf-8",
+                            headers=RETRY_AFTER_OUTAGE)
     if _under_api(request):
         return problem(500, "internal error; it has been logged")
     from django.views.defaults import server_error as page_server_error

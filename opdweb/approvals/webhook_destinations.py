@@ -3,8 +3,12 @@
 A URL is checked when it is saved and again at every delivery (its name may resolve
 elsewhere by then: DNS rebinding), and the delivery connects to the very address that was
 checked.  Refused: loopback, private, shared (CGNAT), link-local (cloud metadata at
-169.254.169.254), multicast, reserved and unspecified addresses, IPv4-mapped or not, and
-plain http unless ``WEBHOOK_ALLOW_HTTP``.  ``WEBHOOK_ALLOWED_HOSTS`` lists ``host:port``
+169.254.169.254), multicast, reserved and unspecified addresses, written as IPv4 or as an
+IPv6 address that carries one (IPv4-mapped ``::ffff:0:0/96``, IPv4-compatible ``::/96``,
+6to4 ``2002::/16``, NAT64 ``64:ff9b::/96``, Teredo ``2001::/32``: a router or relay may
+deliver those to the IPv4 address inside, so that address is checked too; the local-use
+NAT64 prefix ``64:ff9b:1::/48`` is refused whole), and plain http unless
+``WEBHOOK_ALLOW_HTTP``.  ``WEBHOOK_ALLOWED_HOSTS`` lists ``host:port``
 receivers an operator allows although they are not public (a receiver on the same host,
 the tests' loopback server): an explicit setting, not a hole in the rule.  TLS is verified
 against the system's CAs, or ``WEBHOOK_CA_FILE`` where an operator's receivers use a private CA.  Redirects are
@@ -40,9 +44,26 @@ class Destination:
     target: str  # path and query
 
 
+NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052's well-known prefix
+NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215: where the IPv4 sits depends on the network
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated, still routed by some stacks
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 transition address carries (see the module docstring)."""
+    inside = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+    if ip in NAT64 or (ip in IPV4_COMPATIBLE and int(ip) > 1):  # :: and ::1 are themselves
+        inside.append(ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF))
+    return [v4 for v4 in inside if v4 is not None]
+
+
 def _forbidden(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in NAT64_LOCAL_USE:
+            return "local-use NAT64 (not public)"
+        for v4 in _embedded_ipv4(ip):
+            if (why := _forbidden(v4)) is not None:
+                return why
     for what, hit in (("loopback", ip.is_loopback), ("link-local", ip.is_link_local),
                       ("unspecified", ip.is_unspecified), ("multicast", ip.is_multicast), ("private", ip.is_private),
                       ("reserved", ip.is_reserved), ("not public", not ip.is_global)):

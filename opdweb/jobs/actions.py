@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from opdweb.jobs import live
 from opdweb.jobs.broker import BROKER_ERRORS, task_id, waiting_attempts
 from opdweb.jobs.models import Job, JobState
-from opdweb.refusals import Refused
+from opdweb.refusals import RETRY_AFTER_OUTAGE, Refused
 from opdweb.sandbox import confine
 from opdweb.teams import audit
 from workers.science.entrypoints import JobKind, UnknownJobKind, get_kind
@@ -101,7 +101,7 @@ def _enqueue_or_withdraw(job: Job) -> None:
         log.warning("broker unreachable; job %s withdrawn", job.pk, exc_info=True)
         Job.objects.filter(pk=job.pk).delete()
         raise Refused("the job queue is unreachable, so nothing was submitted; try again in a moment",
-                      status=503) from None
+                      status=503, headers=RETRY_AFTER_OUTAGE) from None
 
 
 def enqueue(job_id: int, attempt: int) -> None:

@@ -81,6 +81,16 @@ class Job(models.Model):
         return cls.objects.create(team=team, created_by=user, kind=Kind.EXTERNAL, name=name[:200], config=config,
                                   state=JobState.RUNNING, started_at=now, message="reporting from outside")
 
+    def reopen_external(self) -> None:
+        """Running again: an ended run its trainer resumes (MLflow's ``start_run(run_id=...)``
+        sets an ended run back to RUNNING, and MLflow's server lets it)."""
+        self.state = JobState.RUNNING
+        self.finished_at = None
+        self.error = ""
+        self.cancel_requested = False
+        self.message = "reporting from outside (resumed)"
+        self.save(update_fields=["state", "finished_at", "error", "cancel_requested", "message"])
+
     @classmethod
     def claim(cls, job_id: int, attempt: int, worker: str) -> Job | None:
         """Move the job from queued to running on ``worker``, unless this delivery is stale

@@ -52,7 +52,7 @@ def experiment_by_id(token: ApiToken, experiment_id: str, *, make_default: bool 
         exp = MlflowExperiment.objects.filter(team=token.team_id, name=DEFAULT_EXPERIMENT_NAME).first()
     else:
         exp = (MlflowExperiment.objects.filter(team=token.team_id, pk=int(experiment_id)).first()
-               if experiment_id.isdigit() and len(experiment_id) < 19 else None)
+               if experiment_id.isascii() and experiment_id.isdigit() and len(experiment_id) < 19 else None)
     if exp is None:
         raise errors.not_found(f"No experiment with id {experiment_id!r} in team {token.team.slug}")
     return exp
@@ -180,9 +180,11 @@ def job_link(job: Job) -> RunLink | None:
 
 
 def do_update_run(token: ApiToken, run_id: str, *, status: str, end_time: int | None, run_name: str) -> MlflowRun:
-    """Rename the run, or end it: FINISHED, FAILED and KILLED end the job as succeeded,
-    failed and cancelled.  Ending it again the same way changes nothing (a retried
-    ``end_run``); another end, or RUNNING again, is refused."""
+    """Rename the run (ended or not, as MLflow's server allows), end it, or resume it:
+    FINISHED, FAILED and KILLED end the job as succeeded, failed and cancelled; RUNNING on
+    an ended run opens its job again (what ``mlflow.start_run(run_id=...)`` sends, and
+    MLflow's server does).  Ending it again the same way changes nothing (a retried
+    ``end_run``); another end of an ended run is refused (resume it first)."""
     with transaction.atomic():
         run = run_for(token, run_id, lock=True)
         job = run.job
@@ -191,7 +193,12 @@ def do_update_run(token: ApiToken, run_id: str, *, status: str, end_time: int | 
             job.config = {**job.config, "tags": {**job.config.get("tags", {}), RUN_NAME_TAG: run_name}}
             job.save(update_fields=["name", "config"])
         target = STATE_OF_STATUS.get(status) if status else None
-        if job.is_terminal:
+        if job.is_terminal and status == "RUNNING":
+            job.reopen_external()
+            run.end_time = None
+            run.save(update_fields=["end_time"])
+            transaction.on_commit(lambda: live.publish_state(job))
+        elif job.is_terminal:
             if status and STATUS_OF_STATE[job.state] != status:
                 raise errors.MlflowRefused(f"run {run_id} already ended as {STATUS_OF_STATE[job.state]}; it cannot "
                                            f"become {status}", errors.INVALID_STATE)

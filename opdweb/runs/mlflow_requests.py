@@ -10,11 +10,19 @@ Limits: MLflow's own per log-batch (1,000 metrics, 100 params, 100 tags, 1,000 i
 keys up to 250 characters, param values 6,000, tag values 8,000), and the trace store's:
 a metric key up to 200 characters (a series' key), a step from 0 to 2**53 - 1 (exact in
 a browser's numbers).
+
+Names as MLflow's server checks them (``mlflow/utils/validation.py``): a metric, param or
+tag key holds only word characters, ``/``, ``.``, ``-``, space and ``:``, and must not
+change when read as a path (``a//b``, ``/a``, ``a/``, ``..`` are refused); an experiment
+id is ASCII letters, digits, ``_`` and ``-``.  Any text that is not Unicode (a lone UTF-16
+surrogate such as ``"\\ud800"``, which JSON can spell) and any number past a double's
+range (an integer literal of 10**309) are refused too.
 """
 from __future__ import annotations
 
 import json
 import math
+import posixpath
 import re
 import time
 from dataclasses import dataclass
@@ -34,6 +42,8 @@ MAX_TAG_VALUE_LENGTH = 8000
 MAX_EXPERIMENT_NAME_LENGTH = 500
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _INT64 = re.compile(r"-?[0-9]{1,19}")
+_NAME = re.compile(r"[/\w.\- :]*")  # MLflow's validate_param_and_metric_name (not on Windows)
+_EXPERIMENT_ID = re.compile(r"[a-zA-Z0-9][\w\-]{0,63}", re.ASCII)  # MLflow's _EXPERIMENT_ID_REGEX
 
 
 @dataclass(frozen=True)
@@ -90,8 +100,40 @@ def text(data: dict, name: str, *, required: bool = True, max_length: int | None
         raise invalid(f"{at}'{name}' must be a string, got {_shown(value)}")
     if "\x00" in value:
         raise invalid(f"{at}'{name}' contains a NUL character")
+    if not _is_unicode(value):
+        raise invalid(f"{at}'{name}' is not valid Unicode text (it holds a lone UTF-16 surrogate)")
     if max_length is not None and len(value) > max_length:
         raise invalid(f"{at}'{name}' is {len(value):,} characters long; the limit is {max_length:,}")
+    return value
+
+
+def _is_unicode(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def name_key(data: dict, where: str, what: str, max_length: int) -> str:
+    """A metric, param or tag key, refused where MLflow's server refuses it."""
+    key = text(data, "key", max_length=max_length, where=where)
+    if not _NAME.fullmatch(key):
+        raise invalid(f"{where}: invalid {what} name {key[:250]!r}. Names may only contain alphanumerics, "
+                      "underscores (_), dashes (-), periods (.), spaces ( ), colon(:) and slashes (/).")
+    normal = posixpath.normpath(key)
+    if normal != key or normal == "." or normal.startswith(("..", "/")):
+        raise invalid(f"{where}: invalid {what} name {key[:250]!r}. Names may be treated as files in certain "
+                      f"cases, and must not resolve to other names when treated as such. This name would resolve "
+                      f"to {normal[:250]!r}")
+    return key
+
+
+def experiment_id(data: dict, name: str = "experiment_id", **kwargs) -> str:
+    """An experiment id, as MLflow's server checks it (``0`` is the default experiment)."""
+    value = text(data, name, **kwargs)
+    if value and not _EXPERIMENT_ID.fullmatch(value):
+        raise invalid(f"Invalid experiment ID: {value[:70]!r}")
     return value
 
 
@@ -115,11 +157,11 @@ def run_id(data: dict) -> str:
 def metric(data, where: str, now_ms: int) -> MetricIn:
     if not isinstance(data, dict):
         raise invalid(f"{where} must be an object with key, value, timestamp and step")
-    key = text(data, "key", max_length=MAX_METRIC_KEY_LENGTH, where=where)
+    key = name_key(data, where, "metric", MAX_METRIC_KEY_LENGTH)
     raw = data.get("value")
     if isinstance(raw, str) and raw in NON_FINITE:
         value = NON_FINITE[raw]
-    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+    elif isinstance(raw, float) or (isinstance(raw, int) and not isinstance(raw, bool) and _fits_a_double(raw)):
         value = float(raw)
     else:
         raise invalid(f"{where} ({key!r}): 'value' must be a number (or \"NaN\", \"Infinity\", \"-Infinity\"), "
@@ -131,10 +173,18 @@ def metric(data, where: str, now_ms: int) -> MetricIn:
     return MetricIn(key=key, value=value, timestamp=timestamp, step=step)
 
 
-def key_value(data, where: str, value_limit: int) -> tuple[str, str]:
+def _fits_a_double(number: int) -> bool:
+    try:
+        float(number)
+    except OverflowError:
+        return False
+    return True
+
+
+def key_value(data, where: str, value_limit: int, what: str) -> tuple[str, str]:
     if not isinstance(data, dict):
         raise invalid(f"{where} must be an object with key and value")
-    key = text(data, "key", max_length=MAX_KEY_LENGTH, where=where)
+    key = name_key(data, where, what, MAX_KEY_LENGTH)
     value = data.get("value")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)  # a client sending a number for a string field: MLflow keeps its text
@@ -160,8 +210,8 @@ def log_batch(data: dict) -> LogBatch:
     now_ms = int(time.time() * 1000)
     return LogBatch(
         metrics=[metric(m, f"metrics[{i}]", now_ms) for i, m in enumerate(metrics)],
-        params=[key_value(p, f"params[{i}]", MAX_PARAM_VALUE_LENGTH) for i, p in enumerate(params)],
-        tags=[key_value(t, f"tags[{i}]", MAX_TAG_VALUE_LENGTH) for i, t in enumerate(tags)],
+        params=[key_value(p, f"params[{i}]", MAX_PARAM_VALUE_LENGTH, "param") for i, p in enumerate(params)],
+        tags=[key_value(t, f"tags[{i}]", MAX_TAG_VALUE_LENGTH, "tag") for i, t in enumerate(tags)],
     )
 
 
@@ -171,7 +221,7 @@ def tags(data: dict, name: str = "tags") -> list[tuple[str, str]]:
         raise invalid(f"'{name}' must be a list")
     if len(items) > MAX_PARAMS_TAGS_PER_BATCH:
         raise invalid(f"at most {MAX_PARAMS_TAGS_PER_BATCH} tags at once; got {len(items)}")
-    return [key_value(t, f"{name}[{i}]", MAX_TAG_VALUE_LENGTH) for i, t in enumerate(items)]
+    return [key_value(t, f"{name}[{i}]", MAX_TAG_VALUE_LENGTH, "tag") for i, t in enumerate(items)]
 
 
 def _shown(value) -> str:

@@ -13,7 +13,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from opdweb.refusals import Refused
+from opdweb.refusals import RETRY_AFTER_OUTAGE, Refused
 from opdweb.runs import actions
 from opdweb.runs import mlflow_requests as read
 from opdweb.runs import mlflow_shapes as shapes
@@ -44,7 +44,7 @@ def get_experiment_by_name(token, data):
 
 @endpoint("GET", "experiments/get")
 def get_experiment(token, data):
-    return {"experiment": shapes.experiment(actions.experiment_by_id(token, read.text(data, "experiment_id")))}
+    return {"experiment": shapes.experiment(actions.experiment_by_id(token, read.experiment_id(data)))}
 
 
 @endpoint("POST", "experiments/create")
@@ -57,7 +57,7 @@ def create_experiment(token, data):
 @endpoint("POST", "runs/create")
 def create_run(token, data):
     start_time = read.int64(data["start_time"], "start_time") if data.get("start_time") is not None else None
-    run = actions.do_start_run(token, experiment_id=read.text(data, "experiment_id", required=False, default="0"),
+    run = actions.do_start_run(token, experiment_id=read.experiment_id(data, required=False, default="0"),
                                user_id=read.text(data, "user_id", required=False, max_length=255),
                                start_time=start_time, tags=read.tags(data),
                                run_name=read.text(data, "run_name", required=False, max_length=250))
@@ -114,7 +114,7 @@ def dispatch(request, path: str):
     except (OperationalError, InterfaceError):
         log.warning("mlflow %s %s: database unreachable", request.method, path, exc_info=True)
         return mlflow_error(Refused("the database is unreachable; nothing was changed, try again in a moment",
-                                    status=503))
+                                    status=503, headers=RETRY_AFTER_OUTAGE))
 
 
 def _answer(request, path: str) -> dict:

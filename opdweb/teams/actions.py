@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.contrib.auth.tokens import default_token_generator
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
@@ -55,16 +55,22 @@ def do_invite_user(*, team, actor, username: str, role) -> tuple[Membership, str
     except ValidationError as exc:
         raise Refused(f"username {username!r}: {' '.join(exc.messages)}",
                       details=[{"field": "username", "message": " ".join(exc.messages)}]) from None
-    with transaction.atomic():
-        if users.objects.filter(username__iexact=username).exists():
-            raise Refused(f"{username} already has an account: add them as a member instead", status=409,
-                          details=[{"field": "username", "message": "taken"}])
-        user = users(username=username)
-        user.set_unusable_password()
-        user.save()
-        membership = Membership.objects.create(team=team, user=user, role=role)
-        audit.record(team, actor, audit.MEMBER_INVITED, f"invited {username} as {role.label}",
-                     subject="membership", subject_id=membership.pk, user=username, role=role.label)
+    taken = Refused(f"{username} already has an account: add them as a member instead", status=409,
+                    details=[{"field": "username", "message": "taken"}])
+    try:
+        with transaction.atomic():
+            if users.objects.filter(username__iexact=username).exists():
+                raise taken
+            user = users(username=username)
+            user.set_unusable_password()
+            user.save()
+            membership = Membership.objects.create(team=team, user=user, role=role)
+            audit.record(team, actor, audit.MEMBER_INVITED, f"invited {username} as {role.label}",
+                         subject="membership", subject_id=membership.pk, user=username, role=role.label)
+    except IntegrityError:
+        # The same name (in any case) invited at the same time: the database's unique
+        # index on lower(username) (teams migration 0003) let one through.
+        raise taken from None
     link = reverse("set_password", kwargs={"uidb64": urlsafe_base64_encode(force_bytes(user.pk)),
                                            "token": default_token_generator.make_token(user)})
     return membership, link

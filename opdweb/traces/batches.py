@@ -1,6 +1,16 @@
 """One batch of points written in one transaction: the series rows, the points and the
 rollups.
 
+Durability.  A batch written inside a caller's transaction (a request's: ``runs/log-batch``,
+``runs/log-metric``, ``POST /api/runs/<id>/points``) commits as that transaction commits,
+with ``synchronous_commit`` on: the answer comes once the points' WAL is on disk, so a
+PostgreSQL crash after it loses none (MLflow's client never resends an answered batch).
+A batch that is its own transaction (the worker's trace sink, which answers nobody) does
+not wait for the WAL flush: a job's points are telemetry it can replay, a crash may lose
+the last fraction of a second of them, never corrupt them, and not waiting is what keeps
+many small batches cheap.  The job's end is committed synchronously, which flushes all
+the WAL written before it, so a finished job's points are durable too.
+
 Writes are replay-safe.  Points COPY straight into their table inside a savepoint; if any
 already exists (a requeued job re-emitting its steps) the batch goes through a staging
 table with ``ON CONFLICT DO NOTHING`` instead.  Rollup buckets that start after a
@@ -37,12 +47,13 @@ def write_points(job_id: int, arrays: Arrays) -> dict[str, int]:
     # give (series, step) order, with no sort.
     in_order = all(len(arrays[k][0]) < 2 or bool((arrays[k][0][1:] >= arrays[k][0][:-1]).all()) for k in keys)
     n = sum(len(arrays[k][0]) for k in keys)
+    fast_commit = not connection.in_atomic_block  # only when the batch is its own transaction
     for replay in (False, True):
         try:
             with transaction.atomic(), connection.cursor() as wrapper:
                 cursor = wrapper.cursor
                 # (Series created by a failed first try were rolled back: ids are new.)
-                ids, previous_last = _claim_series(cursor, job_id, keys, firsts, lasts)
+                ids, previous_last = _claim_series(cursor, job_id, keys, firsts, lasts, fast_commit)
                 by_id = sorted(keys, key=ids.__getitem__)
                 sid = np.repeat(np.asarray([ids[k] for k in by_id], dtype=np.int64), [len(arrays[k][0]) for k in by_id])
                 steps, walls, values = (np.concatenate([arrays[k][i] for k in by_id]) for i in range(3))
@@ -60,16 +71,15 @@ def write_points(job_id: int, arrays: Arrays) -> dict[str, int]:
     raise AssertionError("unreachable")
 
 
-def _claim_series(cursor, job_id: int, keys: list[str], firsts: list[int],
-                  lasts: list[int]) -> tuple[dict[str, int], dict[int, int]]:
+def _claim_series(cursor, job_id: int, keys: list[str], firsts: list[int], lasts: list[int],
+                  fast_commit: bool) -> tuple[dict[str, int], dict[int, int]]:
     """Series ids for every key, creating rows as needed and widening their step range,
     in one statement.  Also returns each existing series' last step *before* this batch,
     as the statement's snapshot saw it (the rollup fast path relies on it; a concurrent
     writer of the same series can only make a COPY collide, which redoes the batch as a
-    replay).  The same
-    statement turns off waiting for the WAL flush at commit: trace points are telemetry a
-    job can replay, a database crash may lose the last fraction of a second of them, never
-    corrupt them, and not waiting is what keeps many small batches cheap."""
+    replay).  With ``fast_commit`` the same statement
+    turns off waiting for the WAL flush at commit (see the module docstring)."""
+    no_wait = ", set_config('synchronous_commit', 'off', true)" if fast_commit else ""
     cursor.execute(
         f"""WITH previous AS (
                 SELECT id, last_step FROM {SERIES_TABLE} WHERE job_id = %(job)s AND key = ANY(%(keys)s)),
@@ -80,12 +90,12 @@ def _claim_series(cursor, job_id: int, keys: list[str], firsts: list[int],
                   first_step = LEAST(s.first_step, EXCLUDED.first_step),
                   last_step = GREATEST(s.last_step, EXCLUDED.last_step)
                 RETURNING id, key)
-            SELECT claimed.id, claimed.key, previous.last_step, set_config('synchronous_commit', 'off', true)
+            SELECT claimed.id, claimed.key, previous.last_step{no_wait}
             FROM claimed LEFT JOIN previous USING (id)""",  # noqa: E501
         {"job": job_id, "keys": keys, "firsts": firsts, "lasts": lasts},
     )
     ids, previous_last = {}, {}
-    for series_id, key, last_step, _ in cursor.fetchall():
+    for series_id, key, last_step, *_ in cursor.fetchall():
         ids[key] = series_id
         if last_step is not None:
             previous_last[series_id] = last_step

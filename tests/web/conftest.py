@@ -56,6 +56,9 @@ def service_env(transactional_db) -> dict:
         **os.environ,
         "DATABASE_URL": database_url(),
         "REDIS_URL": settings.REDIS_URL,
+        # The test database's name differs from the one this process's settings were
+        # made from: the children must publish and listen under this deployment's prefix.
+        "CHANNEL_PREFIX": settings.CHANNEL_PREFIX,
         "SECRET_KEY": settings.SECRET_KEY,
         "JOB_HEARTBEAT_SECONDS": "0.3",
         "JOB_STALE_SECONDS": "2",

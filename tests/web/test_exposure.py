@@ -167,6 +167,37 @@ def test_with_the_database_unreachable_every_answer_is_a_quick_503(start_asgi_se
             assert body.startswith("the database is unreachable") and "Traceback" not in body
 
 
+def test_a_silent_database_costs_a_request_the_connect_timeout_then_a_503_with_retry_after(start_asgi_server):
+    """A database host that takes the TCP connection and never answers (a hung server, a
+    black-holed route): each answer within ``DB_CONNECT_TIMEOUT_S`` plus the time to answer,
+    not the pool's longer wait; every 503 says when to try again."""
+    import http.client
+    import json as json_lib
+    import socket
+    import time as time_lib
+
+    timeout_s = 2
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # the kernel completes the handshakes; nothing ever answers
+        host, port = start_asgi_server(DATABASE_URL=f"postgres://nobody@127.0.0.1:{silent.getsockname()[1]}/none",
+                                       DB_CONNECT_TIMEOUT_S=str(timeout_s)).split(":")
+        session = "sessionid=" + "a1" * 16
+        for path, method in [("/api/jobs", "GET"), ("/jobs/", "GET"),
+                             ("/mlflow/api/2.0/mlflow/runs/get?run_id=ab", "GET")]:
+            connection = http.client.HTTPConnection(host, int(port), timeout=60)
+            started = time_lib.monotonic()
+            connection.request(method, path, headers={"Cookie": session, "Authorization": "Bearer opd_x"})
+            response = connection.getresponse()
+            body, took = response.read().decode(), time_lib.monotonic() - started
+            assert response.status == 503, (path, response.status, body[:300])
+            assert response.getheader("Retry-After") == "5", path
+            # The pool waited DB_CONNECT_TIMEOUT_S + 2 before: 4 s here.
+            assert took < timeout_s + 1.5, (path, took)
+            if path.startswith("/mlflow/"):
+                assert json_lib.loads(body)["error_code"] == "TEMPORARILY_UNAVAILABLE"
+
+
 @pytest.mark.django_db
 def test_every_page_carries_a_content_security_policy_without_inline_script(client):
     from opdweb.csp import POLICY

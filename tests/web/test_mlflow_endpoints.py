@@ -128,6 +128,34 @@ def test_ending_a_run_ends_its_job_in_the_matching_state(tracking, run_id, statu
     assert job_of(run_id).state == state
 
 
+@pytest.mark.parametrize("status", ["FINISHED", "FAILED", "KILLED"])
+def test_an_ended_run_is_resumed_by_running_as_mlflows_server_does(tracking, run_id, status):
+    """``mlflow.start_run(run_id=<ended run>)`` sends RUNNING with the old end time (its
+    ``fluent.py``); MLflow's server sets the status, and the run takes points again."""
+    assert tracking.post("runs/update", {"run_id": run_id, "status": status, "end_time": 1_700_000_100_000}
+                         ).status_code == 200
+    assert_refused(tracking.batch(run_id, metrics=[metric("train/loss", 0.5, 30)]), 400, "INVALID_STATE", "closed")
+    resumed = tracking.post("runs/update", {"run_id": run_id, "status": "RUNNING", "end_time": 1_700_000_100_000})
+    assert resumed.status_code == 200, resumed.content
+    assert resumed.json()["run_info"]["status"] == "RUNNING"
+    job = job_of(run_id)
+    assert job.state == JobState.RUNNING and job.finished_at is None
+    assert tracking.batch(run_id, metrics=[metric("train/loss", 0.5, 30)]).status_code == 200
+    assert points(run_id) == [("train/loss", 30, 0.5)]
+    assert tracking.get("runs/get", run_id=run_id).json()["run"]["info"]["status"] == "RUNNING"
+    # And it ends again as a run does.
+    assert tracking.post("runs/update", {"run_id": run_id, "status": "FINISHED"}).status_code == 200
+    assert job_of(run_id).state == JobState.SUCCEEDED
+
+
+def test_an_ended_run_is_renamed_as_mlflows_server_renames_it(tracking, run_id):
+    """MLflow's ``update_run_info`` refuses only a deleted run, whatever its status."""
+    tracking.post("runs/update", {"run_id": run_id, "status": "FINISHED"})
+    response = tracking.post("runs/update", {"run_id": run_id, "run_name": "r1 (final)"})
+    assert response.status_code == 200 and response.json()["run_info"]["run_name"] == "r1 (final)"
+    assert job_of(run_id).name == "r1 (final)" and job_of(run_id).state == JobState.SUCCEEDED
+
+
 def test_a_quiet_run_is_not_reaped_its_trainer_ends_it(tracking, run_id):
     """An external job has no worker and no heartbeat: the reaper, which fails running jobs
     whose heartbeat stopped, leaves it running however long the trainer is quiet."""

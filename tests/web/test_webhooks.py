@@ -3,6 +3,7 @@ server on loopback, signed with HMAC-SHA256 of the body under the team's secret,
 after a failure, and logged."""
 import hashlib
 import hmac
+import ipaddress
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -240,6 +241,15 @@ FORBIDDEN = {
     "https://169.254.169.254/latest/meta-data/": "link-local",  # cloud metadata
     "https://metadata.google.internal/computeMetadata/v1/": "cloud metadata service",
     "https://[::ffff:127.0.0.1]/hook": "loopback",
+    # IPv6 forms carrying an IPv4 address, which a relay may deliver to.
+    "https://[2002:a9fe:a9fe::]/": "link-local",  # 6to4 of 169.254.169.254
+    "https://[2002:7f00:1::]/hook": "loopback",  # 6to4 of 127.0.0.1
+    "https://[2002:a00:1::]/hook": "private",  # 6to4 of 10.0.0.1
+    "https://[64:ff9b::a9fe:a9fe]/": "link-local",  # NAT64 of 169.254.169.254
+    "https://[64:ff9b::c0a8:1]/hook": "private",  # NAT64 of 192.168.0.1
+    "https://[64:ff9b:1::a9fe:a9fe]/": "local-use NAT64",
+    "https://[2001:0:4136:e378:8000:63bf:5601:5601]/": "link-local",  # Teredo, client 169.254.169.254
+    "https://[::a9fe:a9fe]/": "link-local",  # IPv4-compatible
     "https://224.0.0.1/hook": "multicast",
     "http://93.184.216.34/hook": "must be https://",
 }
@@ -266,6 +276,12 @@ def test_a_public_https_address_is_accepted(settings):
     admin.force_login(MembershipFactory(team=team, role=Role.ADMIN).user)
     response = admin.post(f"/teams/{team.slug}/webhook/", {"url": "https://93.184.216.34/hook", "secret": SECRET})
     assert response.status_code == 302 and TeamWebhook.objects.get(team=team).url == "https://93.184.216.34/hook"
+
+
+def test_a_6to4_address_carrying_a_public_ipv4_is_public():
+    from opdweb.approvals.webhook_destinations import _forbidden
+
+    assert _forbidden(ipaddress.ip_address("2002:5db8:d822::1")) is None  # 93.184.216.34 inside
 
 
 @pytest.mark.django_db
