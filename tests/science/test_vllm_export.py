@@ -7,7 +7,7 @@ import json
 import pytest
 
 from opdweb.exports import FORMATS, Provenance, render
-from tests.science.test_engine_vllm import needs_vllm
+from tests.dependencies import needs_vllm
 from workers.science.checkpoint_facts import read_checkpoint_facts
 from workers.science.config import RolloutConfig
 from workers.science.vllm_args import FUSED_MODULES, vllm_engine_args
