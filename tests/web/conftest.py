@@ -6,6 +6,7 @@ committed and visible there.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from opdweb.embedded_servers import free_port, reachable
 from tests.web.factories import MembershipFactory, TeamFactory, UserFactory
 
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_TOY_PAIR = ROOT / "tests" / "science" / "fixtures" / "toy-test"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -246,11 +248,29 @@ def page(monkeypatch):
         assert violations == [], f"the pages broke their Content-Security-Policy: {violations}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    """As in the science tests: torch in this process on one thread (science called
+    in-process, a toy build), so a loaded machine is not oversubscribed."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def toy_student() -> str:
-    """The toy student where ``make run`` builds it: under the data directory's model root."""
-    from workers.science.toy import build_toy_models
+    """The toy student where ``make run`` builds it (under the data directory's model root):
+    a copy of the shipped test pair, ``tests/science/fixtures/toy-test``, which is what
+    ``build_toy_models("test", ...)`` builds (its manifest carries today's recipe; the bits
+    are the ones every science test uses).  Built here, once, only while the shipped pair is
+    stale against a changed recipe."""
+    from workers.science.toy import build_toy_models, current_build
 
     out = settings.DATA_DIR / "toy" / "test"
-    build_toy_models("test", out)
+    if current_build("test", SHIPPED_TOY_PAIR):
+        shutil.rmtree(out, ignore_errors=True)
+        # opdweb_kv_scales: a cache the tests write beside a checkpoint, not part of the pair
+        shutil.copytree(SHIPPED_TOY_PAIR, out, ignore=shutil.ignore_patterns("opdweb_kv_scales", ".gitignore"))
+    manifest = build_toy_models("test", out)
+    assert manifest["cached"] or not current_build("test", SHIPPED_TOY_PAIR), manifest
     return str(out / "student")
