@@ -129,6 +129,19 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1,
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 
 
+def wait_for_redis_on_disk(client, timeout: float = 120) -> None:
+    """Until what ``client``'s Redis holds is on its disk: an append-only file rewritten from
+    memory (BGREWRITEAOF) and fsynced, instead of a pause for ``appendfsync everysec``."""
+    client.bgrewriteaof()  # forks the rewrite at once, or schedules it: either shows in INFO from here on
+
+    def rewritten():
+        info = client.info("persistence")
+        return (not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]
+                and info["aof_last_bgrewrite_status"] == "ok")
+
+    wait_for(rewritten, timeout, "Redis to write its append-only file", interval=0.05)
+
+
 def wait_for_children_to_disconnect(timeout: float = 15) -> None:
     """A killed child's database session ends a moment after the child; wait for it so
     the test database can be flushed or dropped. While another fixture's process still

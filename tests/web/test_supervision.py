@@ -13,7 +13,7 @@ import pytest
 
 from opdweb.embedded_servers import free_port, reachable
 from opdweb.supervisor import CRASH_LOOP_RESTARTS, Child, CrashLoop, Supervisor
-from tests.web.conftest import ROOT, wait_for
+from tests.web.conftest import ROOT, wait_for, wait_for_redis_on_disk
 
 pytestmark = pytest.mark.faults
 
@@ -153,7 +153,7 @@ def test_the_launcher_starts_its_killed_embedded_servers_again_and_keeps_their_d
         with psycopg.connect(host=str(pg.socket_dir), user="postgres", dbname="opdweb", autocommit=True) as conn:
             migrations = conn.execute("SELECT count(*) FROM django_migrations").fetchone()[0]
         assert migrations > 10
-        time.sleep(1.5)  # the append-only file is synced every second
+        wait_for_redis_on_disk(rd)
         redis_pid = int(rd.info("server")["process_id"])
         os.kill(pg.pid, signal.SIGKILL)
         os.kill(redis_pid, signal.SIGKILL)
