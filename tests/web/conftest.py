@@ -109,6 +109,12 @@ class Process:
         return self.log_path.read_text()
 
 
+# The ceiling of a wait for an event of a real process (a worker's job, a restart, a delivery):
+# generous enough for a machine at load 15; each wait ends at its event, so a quiet machine
+# never reaches it.
+CEILING_S = 600
+
+
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1,
              process: Process | Sequence[Process] | None = None):
     """Poll ``predicate`` until it is truthy; a watched process that exits, or the timeout,

@@ -77,9 +77,10 @@ def test_the_policy_blocks_an_inline_script_and_the_page_fixture_sees_it(member,
     user, _ = member
     base = f"http://{asgi_server}"
     log_in(page, base, user)
-    page.evaluate("""() => { const s = document.createElement("script");
-        s.textContent = "window.injected = true"; document.body.appendChild(s); }""")
-    page.wait_for_timeout(300)
+    with page.expect_console_message(lambda message: "inline script violates" in message.text,
+                                     timeout=JOB_CEILING_MS):  # the refusal's report, not a pause
+        page.evaluate("""() => { const s = document.createElement("script");
+            s.textContent = "window.injected = true"; document.body.appendChild(s); }""")
     assert page.evaluate("() => window.injected === undefined")
     assert any("inline script violates" in v and "The action has been blocked" in v for v in page.csp_violations)
     page.csp_violations.clear()
