@@ -152,13 +152,16 @@ def test_the_launcher_starts_its_killed_embedded_servers_again_and_keeps_their_d
         rd.set("kept", "yes")
         with psycopg.connect(host=str(pg.socket_dir), user="postgres", dbname="opdweb", autocommit=True) as conn:
             migrations = conn.execute("SELECT count(*) FROM django_migrations").fetchone()[0]
+            ours = conn.info.backend_pid
         assert migrations > 10
+        wait_for(lambda: gone(ours), CEILING_S, "the test's own PostgreSQL session to end")  # killed idle, not mid-exit
         wait_for_redis_on_disk(rd)
         redis_pid = int(rd.info("server")["process_id"])
         os.kill(pg.pid, signal.SIGKILL)
         os.kill(redis_pid, signal.SIGKILL)
         wait_for(lambda: "PostgreSQL restarted" in text() and "Redis restarted" in text(), CEILING_S, "the restarts")
-        wait_for(lambda: healthz(port) == "ok", CEILING_S, "the product healthy again")
+        wait_for(lambda: healthz(port) == "ok" or launcher.poll() is not None, CEILING_S, "the product healthy again")
+        assert launcher.poll() is None, text()[-4000:]  # a launcher that gave up fails at once, with why
         again = PostmasterInfo.read_from_pgdata(var / "pg")
         assert again.pid != pg.pid and again.is_running()
         assert int(rd.info("server")["process_id"]) != redis_pid
