@@ -55,10 +55,13 @@ $(GEMMA_STAMP): $(RUN_STAMP) requirements-gemma.txt
 gemma: $(GEMMA_STAMP)
 
 # Debian's Chromium for the browser tests (Playwright drives it; nothing is downloaded by Playwright).
+# Without recommends (about 120 packages, daemons included); fonts-liberation is the one
+# recommendation headless pages need: the fonts the pages and screenshots are drawn with.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "installing Debian's chromium"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			chromium fonts-liberation >/dev/null; }
 
 run: $(RUN_STAMP)
 	$(PY) -m opdweb.launcher run

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from tests.dependencies import require_vllm
 from workers.science.cli import main
 
 
@@ -172,10 +173,7 @@ def test_json_stdout_is_json_only_with_the_vllm_engine(student, tmp_path):
     import subprocess
     import sys
 
-    from workers.science.preflight import vllm_importable
-
-    if vllm_importable() is not None:
-        pytest.skip("vLLM cannot be imported here")
+    require_vllm()
     cfg = tmp_path / "vllm.yaml"
     cfg.write_text("engine: vllm\n")
     run = subprocess.run([sys.executable, "-m", "workers", "mismatch", "--model", student, "--config", str(cfg),

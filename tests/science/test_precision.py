@@ -2,6 +2,7 @@
 sampled until the CI is tight enough or the budget is spent, and a ~0 reference is flagged."""
 import pytest
 
+from tests.dependencies import require_vllm
 from workers.science.config import MismatchJobConfig, RolloutConfig
 from workers.science.mismatch import run_mismatch
 from workers.science.multiple import next_round_size, relative_half_width, stop_reason
@@ -94,10 +95,7 @@ def test_a_bf16_trainer_is_flagged(student):
 
 @pytest.mark.slow
 def test_the_default_unit_is_vllm_where_it_runs_and_both_units_can_be_reported(student):
-    from workers.science.preflight import vllm_importable
-
-    if vllm_importable() is not None:
-        pytest.skip("vLLM cannot be imported here")
+    require_vllm()
     # Against an fp32 trainer, so that the hf unit is not the trainer's own arithmetic (the default pair, vllm /
     # bf16, is resolved by the preflight: test_the_unit_pair_is_the_papers_where_vllm_is_the_unit...).
     cfg = MismatchJobConfig(model=student, rollout=RolloutConfig(weights="fp8_e4m3"), prompts=64, device="cpu",

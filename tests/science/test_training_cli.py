@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from tests.dependencies import require_vllm
 from workers.science.cli import main
 
 
@@ -42,10 +43,7 @@ def test_train_bad_input_exits_2_with_one_line_per_problem(student, teacher, fp8
 
 def test_train_refuses_a_rollout_config_vllm_cannot_run_before_any_weights_load(student, teacher, tmp_path, capsys,
                                                                                   no_weights_read):
-    from tests.science.test_engine_vllm import VLLM_IMPORT_ERROR
-
-    if VLLM_IMPORT_ERROR:
-        pytest.skip(f"vllm cannot be imported: {VLLM_IMPORT_ERROR}")
+    require_vllm()
     cfg = tmp_path / "vllm.yaml"
     cfg.write_text("engine: vllm\nnoise_sigma: 0.1\nkeep_bf16: [model.layers.0.self_attn.q_proj]\nweights: fp8_e4m3\n"
                    "activations: fp8_e4m3\n")

@@ -6,7 +6,7 @@ tokens with the same logprobs.
 """
 import pytest
 
-from tests.science.test_engine_vllm import needs_vllm
+from tests.dependencies import needs_vllm
 from tests.science.test_training import LEARNING_MARGIN, LEARNING_RUN
 from workers.science.config import RolloutConfig, SamplingConfig
 from workers.science.reporting import RecordingReporter

@@ -4,9 +4,11 @@ import re
 
 from playwright.sync_api import expect
 
+from tests.web.conftest import CEILING_S
 from tests.web.factories import PASSWORD
 
 CHROMIUM = "/usr/bin/chromium"
+JOB_CEILING_MS = CEILING_S * 1000  # a real worker's job, in Playwright's milliseconds
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
 

@@ -6,6 +6,7 @@ committed and visible there.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from opdweb.embedded_servers import free_port, reachable
 from tests.web.factories import MembershipFactory, TeamFactory, UserFactory
 
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_TOY_PAIR = ROOT / "tests" / "science" / "fixtures" / "toy-test"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -110,6 +112,12 @@ class Process:
         return self.log_path.read_text()
 
 
+# The ceiling of a wait for an event of a real process (a worker's job, a restart, a delivery):
+# generous enough for a machine at load 15; each wait ends at its event, so a quiet machine
+# never reaches it.
+CEILING_S = 600
+
+
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1,
              process: Process | Sequence[Process] | None = None):
     """Poll ``predicate`` until it is truthy; a watched process that exits, or the timeout,
@@ -128,6 +136,19 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1,
         time.sleep(2)  # for the stacks to be written
     detail = "".join(f"\n{proc.name} output:\n{proc.output()[-8000:]}" for proc in watched)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+
+
+def wait_for_redis_on_disk(client, timeout: float = 120) -> None:
+    """Until what ``client``'s Redis holds is on its disk: an append-only file rewritten from
+    memory (BGREWRITEAOF) and fsynced, instead of a pause for ``appendfsync everysec``."""
+    client.bgrewriteaof()  # forks the rewrite at once, or schedules it: either shows in INFO from here on
+
+    def rewritten():
+        info = client.info("persistence")
+        return (not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]
+                and info["aof_last_bgrewrite_status"] == "ok")
+
+    wait_for(rewritten, timeout, "Redis to write its append-only file", interval=0.05)
 
 
 def wait_for_children_to_disconnect(timeout: float = 15) -> None:
@@ -249,11 +270,29 @@ def page(monkeypatch):
         assert violations == [], f"the pages broke their Content-Security-Policy: {violations}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    """As in the science tests: torch in this process on one thread (science called
+    in-process, a toy build), so a loaded machine is not oversubscribed."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def toy_student() -> str:
-    """The toy student where ``make run`` builds it: under the data directory's model root."""
-    from workers.science.toy import build_toy_models
+    """The toy student where ``make run`` builds it (under the data directory's model root):
+    a copy of the shipped test pair, ``tests/science/fixtures/toy-test``, which is what
+    ``build_toy_models("test", ...)`` builds (its manifest carries today's recipe; the bits
+    are the ones every science test uses).  Built here, once, only while the shipped pair is
+    stale against a changed recipe."""
+    from workers.science.toy import build_toy_models, current_build
 
     out = settings.DATA_DIR / "toy" / "test"
-    build_toy_models("test", out)
+    if current_build("test", SHIPPED_TOY_PAIR):
+        shutil.rmtree(out, ignore_errors=True)
+        # opdweb_kv_scales: a cache the tests write beside a checkpoint, not part of the pair
+        shutil.copytree(SHIPPED_TOY_PAIR, out, ignore=shutil.ignore_patterns("opdweb_kv_scales", ".gitignore"))
+    manifest = build_toy_models("test", out)
+    assert manifest["cached"] or not current_build("test", SHIPPED_TOY_PAIR), manifest
     return str(out / "student")

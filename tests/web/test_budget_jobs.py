@@ -36,8 +36,11 @@ def children_states(parent: Job) -> str:
 
 
 @pytest.mark.faults
-def test_a_calibration_shares_its_children_among_workers_survives_a_kill_and_feeds_an_admission(
+def test_the_calibration_plumbing_shares_children_among_workers_survives_a_kill_and_feeds_an_admission(
         member, start_worker, toy_student, settings, service_env):
+    """Plumbing, not a budget decision: with a 100-point tolerance every level is within, so
+    this checks the fan-out, the kill, the stored budget and the admission that names it; the
+    rule that decides a budget is tested on planted worlds (tests/science/test_calibration_loop.py)."""
     # Long enough that a live worker starved of CPU for a moment is not taken for lost
     # (the reaper looks at every running job, the planner's and the survivor's too).
     settings.JOB_STALE_SECONDS = 5.0

@@ -12,7 +12,7 @@ import redis
 
 from opdweb.embedded_servers import Services, start_embedded_postgres, start_embedded_redis
 from opdweb.supervisor import Supervisor
-from tests.web.conftest import wait_for
+from tests.web.conftest import wait_for, wait_for_redis_on_disk
 
 
 def connect(url: str) -> psycopg.Connection:
@@ -107,7 +107,7 @@ def test_a_killed_embedded_redis_is_started_again_on_its_port_with_its_data(supe
     rd = supervised.servers.children[1]
     client = redis.Redis.from_url(supervised.redis_url)
     client.rpush("queue", "job-1", "job-2")
-    time.sleep(1.5)  # appendfsync everysec
+    wait_for_redis_on_disk(client)
     old = rd.pid
     os.kill(old, signal.SIGKILL)
     until_restarted(supervised, rd, old, lambda: answers_redis(supervised.redis_url))

@@ -8,8 +8,9 @@ import itertools
 import pytest
 
 from opdweb.exports import FORMATS, NotExpressible, Provenance, render
-from opdweb.exports.verification import check, check_prime_rl, check_slime, compose_verl, verl_config_dir
+from opdweb.exports.verification import check, check_prime_rl, check_slime, compose_verl
 from opdweb.rollouts.canonical import canonical_rollout
+from tests.dependencies import needs_verl
 from workers.science.checkpoint_facts import CheckpointFacts
 
 PROVENANCE = Provenance(config_hash="cd" * 32, config_name="matrix", checkpoint="/models/student", approval_id=1,
@@ -34,9 +35,6 @@ STALENESS = [0, 1, 4]
 CORRECTIONS = [{"kind": "none"}, {"kind": "tis", "cap": 2.0}, {"kind": "icepop", "low": 0.5, "high": 5.0}]
 MATRIX = [pytest.param({**engine, "staleness": k, "correction": c}, id=f"{name}-k{k}-{c['kind']}")
           for (name, engine), k, c in itertools.product(ENGINES.items(), STALENESS, CORRECTIONS)]
-
-needs_verl = pytest.mark.skipif(not (verl_config_dir() / "ppo_trainer.yaml").is_file(),
-                                reason=f"verl's config tree is not installed at {verl_config_dir()} (make installs it)")
 
 
 def export_or_refusal(slug, partial):

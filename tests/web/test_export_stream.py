@@ -18,7 +18,7 @@ from django.db import connection
 from opdweb.jobs.models import Job
 from opdweb.traces.models import TraceSeries
 from opdweb.traces.queries import iter_points
-from tests.web.conftest import database_url
+from tests.web.conftest import CEILING_S, database_url, wait_for
 from tests.web.factories import JobFactory
 
 POINTS = 1_000_000
@@ -160,8 +160,4 @@ def test_a_reader_that_stops_reading_holds_the_export_back_not_the_servers_memor
     rows = list(csv.reader(io.StringIO(text)))
     assert rows[0] == ["key", "step", "wall_time", "value"]
     check_rows(rows[1:], POINTS // 2)
-    for _ in range(50):  # the export's connection goes back once the body is done
-        if not export_cursors():
-            break
-        time.sleep(0.1)
-    assert export_cursors() == []
+    wait_for(lambda: export_cursors() == [], CEILING_S, "the export's connection to go back once the body is done")

@@ -232,7 +232,9 @@ def test_a_live_chart_follows_new_points_until_zoomed_and_again_after_a_reset(me
         page.eval_on_selector("#charts .chart", "d => Plotly.relayout(d, {'xaxis.range': [5, 10]})")
         expect(page.locator("#charts .chart")).to_have_attribute("data-window", "5-10")
         add(420, 480)
-        page.wait_for_timeout(1500)  # the points arrive; the zoomed chart stays where the user put it
+        # The points arrive (the event, not a pause); the zoomed chart stays where the user put it.
+        page.wait_for_function("() => JSON.parse(document.getElementById('job').dataset.points || '{}')"
+                               f"['{key}'] === 479", timeout=120_000)
         assert x_range() == [5, 10]
 
         page.eval_on_selector("#charts .chart", "d => Plotly.relayout(d, {'xaxis.autorange': true})")

@@ -6,7 +6,7 @@ import pytest
 from opdweb.jobs.actions import do_cancel_job, do_reap_stale_jobs, do_submit_job
 from opdweb.jobs.models import Job, JobState
 from opdweb.traces.models import TracePoint, TraceSeries
-from tests.web.conftest import wait_for
+from tests.web.conftest import CEILING_S, wait_for
 from workers.science.selftest import SELFTEST_KEYS, selftest_value
 
 
@@ -28,9 +28,9 @@ def test_it_runs_a_selftest_from_queued_to_succeeded(member, start_worker, clien
     worker = start_worker()
     job = do_submit_job(team=team, user=user, kind_name="selftest", config={"steps": 50, "sleep_s": 0.01})
     assert job.state == JobState.QUEUED
-    wait_for(lambda: state_of(job.pk) == JobState.RUNNING or state_of(job.pk) == JobState.SUCCEEDED, 30, "running",
+    wait_for(lambda: state_of(job.pk) in (JobState.RUNNING, JobState.SUCCEEDED), CEILING_S, "running",
              process=worker)
-    wait_for(lambda: state_of(job.pk) == JobState.SUCCEEDED, 60, "succeeded", process=worker)
+    wait_for(lambda: state_of(job.pk) == JobState.SUCCEEDED, CEILING_S, "succeeded", process=worker)
 
     job.refresh_from_db()
     assert job.worker.startswith("w1@test")
@@ -73,9 +73,9 @@ def test_it_cancels_a_running_job(member, start_worker):
     user, team = member
     worker = start_worker()
     job = do_submit_job(team=team, user=user, kind_name="selftest", config={"steps": 100000, "sleep_s": 0.01})
-    wait_for(lambda: TracePoint.objects.count() >= 20, 60, "first points", process=worker)
+    wait_for(lambda: TracePoint.objects.count() >= 20, CEILING_S, "first points", process=worker)
     do_cancel_job(Job.objects.get(pk=job.pk))
-    wait_for(lambda: state_of(job.pk) == JobState.CANCELLED, 30, "cancelled", process=worker)
+    wait_for(lambda: state_of(job.pk) == JobState.CANCELLED, CEILING_S, "cancelled", process=worker)
     job.refresh_from_db()
     assert job.finished_at is not None
     assert len(points_of(job)["selftest/linear"]) < 100000

@@ -224,17 +224,25 @@ def test_a_job_page_following_the_run_gets_each_logged_point_live_once(mlflow_cl
             assert raw_post(mlflow.server, "/mlflow/api/2.0/mlflow/runs/log-batch", batch, mlflow.secret)[0] == 200
 
     async def follow():
-        points, states = [], []
+        points, states, replayed = [], [], []
+
+        async def take(ws):
+            msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=120))
+            if msg["type"] == "points":
+                points.extend((key, step, value) for key, step, _, value in msg["points"])
+            elif msg["type"] == "state":
+                states.append(msg["job"]["state"])
+            elif msg["type"] == "replayed":
+                replayed.append(msg)
+
         async with connect(url, additional_headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}) as ws:
             await ws.send(json.dumps({"type": "resume", "after": {}}))
-            await asyncio.sleep(0.5)  # joined the group before the first point
+            while not replayed:  # the consumer joined the job's group before its replay: what follows is live
+                await take(ws)
+            assert points == []  # nothing logged yet
             logging = asyncio.get_running_loop().run_in_executor(None, trainer)
             while "succeeded" not in states:
-                msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=30))
-                if msg["type"] == "points":
-                    points.extend((key, step, value) for key, step, _, value in msg["points"])
-                elif msg["type"] == "state":
-                    states.append(msg["job"]["state"])
+                await take(ws)
             await logging
         return points
 

@@ -6,7 +6,7 @@ from playwright.sync_api import expect
 
 from opdweb.jobs.models import Job, JobState
 from opdweb.traces.models import TraceSeries
-from tests.web.browser import log_in
+from tests.web.browser import JOB_CEILING_MS, log_in
 from tests.web.conftest import wait_for
 
 
@@ -24,7 +24,7 @@ def test_a_member_submits_a_job_and_watches_it_live(member, start_worker, asgi_s
     expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
     job = Job.objects.get(name="browser smoke")
 
-    expect(page.locator("#job-state")).to_have_text("succeeded", timeout=60_000)
+    expect(page.locator("#job-state")).to_have_text("succeeded", timeout=JOB_CEILING_MS)
     # Both series drawn, and the page holds the last step of each (live or from history).
     expect(page.locator(".chart")).to_have_count(2)
     expect(page.locator("#job")).to_have_attribute("data-points", re.compile(r'"selftest/linear":149'), timeout=10_000)
@@ -65,7 +65,7 @@ def test_a_member_cancels_a_running_job_from_its_page(member, start_worker, asgi
     page.click("#advanced summary")
     page.fill("textarea[name=config]", '{"steps": 100000, "sleep_s": 0.01}')
     page.click("#submit-json")
-    expect(page.locator("#job-state")).to_have_text("running", timeout=60_000)
+    expect(page.locator("#job-state")).to_have_text("running", timeout=JOB_CEILING_MS)
     page.click("#cancel")
     expect(page.locator("#job-state")).to_have_text("cancelled", timeout=30_000)
     job = Job.objects.get()
@@ -77,9 +77,10 @@ def test_the_policy_blocks_an_inline_script_and_the_page_fixture_sees_it(member,
     user, _ = member
     base = f"http://{asgi_server}"
     log_in(page, base, user)
-    page.evaluate("""() => { const s = document.createElement("script");
-        s.textContent = "window.injected = true"; document.body.appendChild(s); }""")
-    page.wait_for_timeout(300)
+    with page.expect_console_message(lambda message: "inline script violates" in message.text,
+                                     timeout=JOB_CEILING_MS):  # the refusal's report, not a pause
+        page.evaluate("""() => { const s = document.createElement("script");
+            s.textContent = "window.injected = true"; document.body.appendChild(s); }""")
     assert page.evaluate("() => window.injected === undefined")
     assert any("inline script violates" in v and "The action has been blocked" in v for v in page.csp_violations)
     page.csp_violations.clear()

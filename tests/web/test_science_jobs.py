@@ -11,6 +11,20 @@ from opdweb.traces.models import TraceSeries
 from tests.web.conftest import wait_for
 
 
+def test_the_toy_pair_the_web_tests_use_is_the_shipped_one_bit_for_bit(toy_student):
+    """The pair every science test and figure uses (``tests/science/fixtures/toy-test``), not a
+    rebuild: a rebuild's bits depend on the CPU and the thread count (``test_toy.py``)."""
+    from pathlib import Path
+
+    from tests.web.conftest import SHIPPED_TOY_PAIR
+    from workers.science.fingerprint import checkpoint_digest
+
+    built = Path(toy_student).parent
+    for role in ("student", "teacher"):
+        assert checkpoint_digest(built / role) == checkpoint_digest(SHIPPED_TOY_PAIR / role), role
+    assert (built / "student" / "snapshots").is_dir()  # the staleness ring travels with it
+
+
 def test_a_science_config_is_validated_before_anything_is_written(db):
     with pytest.raises(Refused) as refused:
         check_job_config("mismatch", {"model": "x", "rollout": {"dtype": "fp7", "noise_sigma": -1}})

@@ -16,7 +16,7 @@ from opdweb.approvals.webhooks import attempt_delivery, do_send_pending_webhooks
 from opdweb.embedded_servers import free_port
 from opdweb.rollouts.actions import do_create_config
 from opdweb.teams.models import AuditEntry, Role
-from tests.web.conftest import wait_for
+from tests.web.conftest import CEILING_S, wait_for
 from tests.web.factories import MembershipFactory, TeamFactory
 
 SECRET = "s3cret-of-sixteen-plus"
@@ -122,12 +122,12 @@ def test_request_and_decision_are_posted_signed_and_retried(start_worker, receiv
     approver_client.force_login(approver)
     response = approver_client.post(f"/approvals/{approval.pk}/decide/", {"decision": "reject", "comment": "no"})
     assert response.status_code == 302
-    wait_for(lambda: len(hook.received) == 3, 30, "the decision event")
+    wait_for(lambda: len(hook.received) == 3, CEILING_S, "the decision event")
     decision = hook.received[2]
     assert decision["headers"]["X-Opdweb-Signature"] == expected_signature(decision["body"])
     assert json.loads(decision["body"])["event"] == "approval.rejected"
     assert json.loads(decision["body"])["decided_by"] == approver.username
-    wait_for(lambda: WebhookDelivery.objects.filter(state=DeliveryState.DELIVERED).count() == 2, 10, "logged")
+    wait_for(lambda: WebhookDelivery.objects.filter(state=DeliveryState.DELIVERED).count() == 2, CEILING_S, "logged")
 
     page = admin_client.get(f"/teams/{team.slug}/webhook/").content.decode()
     assert page.count("delivered") >= 2 and "approval.rejected" in page
