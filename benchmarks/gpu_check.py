@@ -119,16 +119,18 @@ def smollm2_fp8(model: str, out: dict, device: str = "cuda", prompts: int = 64, 
 
     configs = [("fp8 W + KV", dict(weights="fp8_e4m3", weight_scale="channel", kv_cache="fp8_e4m3")),
                ("fp8 W8A8 scaled_mm", dict(weights="fp8_e4m3", activations="fp8_e4m3", fp8_matmul="scaled_mm")),
-               ("fp8 W8A8 emulated", dict(weights="fp8_e4m3", activations="fp8_e4m3", fp8_matmul="emulate"))]
+               ("fp8 W8A8 emulated", dict(weights="fp8_e4m3", activations="fp8_e4m3", fp8_matmul="emulate")),
+               ("fp8 W + KV, bf16 trainer", dict(weights="fp8_e4m3", weight_scale="channel", kv_cache="fp8_e4m3"))]
     rows = []
     for name, rollout in configs:
         job = MismatchJobConfig(model=model, rollout=RolloutConfig(**rollout), task="gsm8k", prompts=prompts,
                                 max_new_tokens=max_new_tokens, batch_size=64, device=device, target_ci=0,
-                                reference_engine="hf", trainer_dtype="fp32")
+                                reference_engine="hf", trainer_dtype="bf16" if "bf16 trainer" in name else "fp32")
         t0 = time.perf_counter()
         r = run_mismatch(job).model_dump(mode="json")
         rows.append({"config": name, "multiple": r["multiple"], "multiple_ci": r["multiple_ci"], "k3": r["value"],
-                     "unit_k3": r["reference_value"], "unit": r["unit"], "tokens": r["tokens"],
+                     "unit_k3": r["reference_value"], "unit_k3_ci": r.get("reference_value_ci"),
+                     "k3_ci": r.get("value_ci"), "unit": r["unit"], "tokens": r["tokens"],
                      "backend_used": r["engine"].get("fp8_backend"), "wall_s": round(time.perf_counter() - t0, 2)})
         log(json.dumps(rows[-1]))
     out["smollm2_gsm8k"] = {"prompts": prompts, "max_new_tokens": max_new_tokens, "rows": rows}
@@ -145,6 +147,8 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", help="cuda; cpu only for a dry run of the code paths")
     ap.add_argument("--tiny", action="store_true", help="dry run: a 2-layer model with the 1.5B vocabulary")
     ap.add_argument("--smollm2", default=None, help="an imported SmolLM2-135M-Instruct folder: check 3")
+    ap.add_argument("--smollm2-prompts", type=int, default=64, help="GSM8K prompts of check 3")
+    ap.add_argument("--checks", default="fp8,admission,smollm2", help="which checks run, comma separated")
     ap.add_argument("--size", default="demo", choices=["demo", "test"], help="toy size for check 1 (test: dry run)")
     args = ap.parse_args()
 
@@ -161,16 +165,19 @@ def main() -> int:
 
     out["transformers"] = transformers.__version__
     log(json.dumps(out))
-    t0 = time.perf_counter()
-    manifest = build_toy_models(args.size, args.demo_dir, device=args.device)
-    out["demo_build"] = {k: manifest[k] for k in ("teacher_accuracy", "student_accuracy", "cached")}
-    out["demo_build"]["seconds"] = round(time.perf_counter() - t0, 1)
-    log(json.dumps(out["demo_build"]))
+    checks = set(args.checks.split(","))
+    if "fp8" in checks:
+        t0 = time.perf_counter()
+        manifest = build_toy_models(args.size, args.demo_dir, device=args.device)
+        out["demo_build"] = {k: manifest[k] for k in ("teacher_accuracy", "student_accuracy", "cached")}
+        out["demo_build"]["seconds"] = round(time.perf_counter() - t0, 1)
+        log(json.dumps(out["demo_build"]))
     steps = [("fp8", lambda: fp8_real_vs_emulated(f"{args.demo_dir}/student", args.prompts, out, args.device)),
              ("admission", lambda: qwen15b_admission(args.admission_prompts, args.max_new_tokens, args.batch_size, out,
                                                      args.device, args.tiny))]
     if args.smollm2:
-        steps.append(("smollm2", lambda: smollm2_fp8(args.smollm2, out, args.device)))
+        steps.append(("smollm2", lambda: smollm2_fp8(args.smollm2, out, args.device, args.smollm2_prompts)))
+    steps = [(name, fn) for name, fn in steps if name in checks]
     for name, fn in steps:
         try:
             fn()
