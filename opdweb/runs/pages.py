@@ -20,6 +20,7 @@ from opdweb.teams.models import Role
 
 @login_required
 @require_POST
+@answers_refusals
 def recheck(request, job_id: int):
     run = visible_job(request.user, job_id, Role.MEMBER)
     try:
@@ -33,6 +34,7 @@ def recheck(request, job_id: int):
 
 @login_required
 @require_POST
+@answers_refusals
 def acknowledge(request, job_id: int, alert_id: int):
     run = visible_job(request.user, job_id, Role.MEMBER)
     watch.do_acknowledge(run, alert_id, request.user)

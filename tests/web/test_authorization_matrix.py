@@ -342,13 +342,6 @@ def test_http_authorization_matrix(capsys):
     assert routes == rows_of(HTTP)
 
 
-class ViewersGet500(AssertionError):
-    """The known defect of the run pages, and only it (any other wrong cell fails the test)."""
-
-
-@pytest.mark.xfail(strict=True, raises=ViewersGet500,
-                   reason="opdweb/runs/pages.py: recheck and acknowledge answer a viewer's refusal with a 500, "
-                          "not a 403 (they lack @answers_refusals); remove this mark with the fix")
 @pytest.mark.django_db
 def test_run_pages_authorization_matrix(capsys):
     """The run page's buttons, on a job of each team (a job that is no run: past the role, the
@@ -381,11 +374,7 @@ def test_run_pages_authorization_matrix(capsys):
         matrix.report("run pages")
     assert matrix.cells == len(actors) * len(jobs) * 2
     assert routes == rows_of(RUNS)
-    known = [line for line in matrix.wrong
-             if " viewer " in line and line.endswith("expected (403, False), got (500, False)")]
-    assert matrix.wrong == known
-    if known:
-        raise ViewersGet500(known)
+    assert matrix.wrong == []  # a viewer's re-check and acknowledge once answered 500, not 403
 
 
 @pytest.mark.django_db(transaction=True)
