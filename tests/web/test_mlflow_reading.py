@@ -90,13 +90,17 @@ def seen(run) -> tuple:
     return (info.run_name, info.status, info.start_time, info.end_time, metrics, run.data.params, tags)
 
 
-def test_search_runs_finds_and_orders_what_mlflows_own_store_does(both):
+def test_search_runs_finds_and_orders_what_mlflows_own_store_does(both, mlflow_client):  # noqa: F811
     ours, peer, ours_exp, peer_exp = both
     for text, order_by in SEARCHES:
         mine = ours.search_runs([ours_exp], text, order_by=order_by)
         theirs = peer.search_runs([peer_exp], text, order_by=order_by)
         assert [seen(r) for r in mine] == [seen(r) for r in theirs], (text, order_by)
     assert len(ours.search_runs([ours_exp], "")) == len(RUNS)
+    # The notebook's shortcut, by experiment name (it looks the experiment up first).
+    by_name = mlflow_client.search_runs(experiment_names=["notebook"], filter_string="params.quant = 'fp8'",
+                                        output_format="list")
+    assert [seen(r) for r in by_name] == [seen(r) for r in peer.search_runs([peer_exp], "params.quant = 'fp8'")]
     # Two at a time: the same pages, and the tokens MLflow's own store gives.
     for text, order_by in SEARCHES[:3]:
         token_mine = token_theirs = None

@@ -53,6 +53,7 @@ FILTERS = [
     "metrics.loss = 1 AND",
     "metrics.loss = 1 AND AND params.a = 'b'",
     "= 1",
+    "metrics.loss <> 1",
     "metrics.loss = 1; DROP TABLE runs",
 ]
 
@@ -96,6 +97,32 @@ def ours(text: str):
 @pytest.mark.parametrize("text", FILTERS)
 def test_it_reads_a_filter_as_mlflows_own_parser_does(text):
     assert ours(text) == mlflow_parsed(text)
+
+
+EXPERIMENT_FILTERS = ["name = 'notebook'", "name LIKE 'note%'", "attribute.name ILIKE '%BOOK'", "tags.project = 'opd'",
+                      "tags.`a b` IS NULL", "creation_time > 5", "experiment_id IN ('1', '2')",
+                      "name = 'a' AND tags.t != 'b'", "params.lr = 'x'", "metrics.loss < 1", "name IS NULL",
+                      "run_name = 'x'", "name = 5", "creation_time = 'x'"]
+
+
+@pytest.mark.parametrize("text", EXPERIMENT_FILTERS)
+def test_it_reads_an_experiment_filter_as_mlflows_own_parser_does(text):
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.search_utils import SearchExperimentsUtils
+
+    try:
+        expected = [(c["type"], c["key"], c["comparator"].upper(), tuple(c["value"])
+                     if isinstance(c["value"], (list, tuple)) else c["value"])
+                    for c in SearchExperimentsUtils.parse_search_filter(text)]
+    except MlflowException:
+        expected = "refused"
+    try:
+        got = [(c.type, c.key, c.comparator, c.value) for c in search.parse_filter(
+            text, attributes=search.EXPERIMENT_ATTRIBUTES, numeric=search.EXPERIMENT_NUMERIC_ATTRIBUTES,
+            types=search.EXPERIMENT_TYPES, listed="experiment_id")]
+    except MlflowRefused:
+        got = "refused"
+    assert got == expected
 
 
 ORDERS = ["metrics.loss", "metrics.loss DESC", "metrics.`train/loss` asc", "params.lr desc", "tags.`a b` ASC",
