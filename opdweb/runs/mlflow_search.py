@@ -164,7 +164,7 @@ def _comparison(clause: list[tuple[str, str]], text: str, attributes: frozenset[
             raise invalid(f"IS NULL / IS NOT NULL is only supported for tags and params, not for '{kind}' '{key}'")
         return Comparison(kind, key, " ".join(clause[1][1].upper().split()), None)
     if len(clause) != 3 or clause[0][0] != "identifier" or clause[1][0] not in ("comparator", "keyword"):
-        raise invalid(f"Invalid clause(s) in filter string: '{shown}' (in {text!r}); a clause is "
+        raise invalid(f"Invalid clause(s) in filter string: '{shown}' (in {text[:200]!r}); a clause is "
                       "<type>.<key> <comparator> <value>, clauses joined by AND")
     kind, key = identifier(clause[0][1], attributes, types)
     key = _ALIASES.get(key, key)
