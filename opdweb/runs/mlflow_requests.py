@@ -215,6 +215,14 @@ def log_batch(data: dict) -> LogBatch:
     )
 
 
+def strings(data: dict, name: str) -> list[str]:
+    """A repeated string field (``experiment_ids``, ``order_by``): a list of strings, or absent."""
+    items = data.get(name) or []
+    if not isinstance(items, list) or len(items) > MAX_ENTITIES_PER_BATCH:
+        raise invalid(f"'{name}' must be a list of at most {MAX_ENTITIES_PER_BATCH} strings")
+    return [text({name: item}, name, max_length=MAX_TAG_VALUE_LENGTH) for item in items]
+
+
 def tags(data: dict, name: str = "tags") -> list[tuple[str, str]]:
     items = data.get(name) or []
     if not isinstance(items, list):

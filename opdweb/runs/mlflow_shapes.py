@@ -45,18 +45,23 @@ def run_info(run: MlflowRun) -> dict:
     return info
 
 
+def metric(key: str, value: float, wall_time: float, step: int) -> dict:
+    """A trace point as MLflow's ``Metric`` (the wall time is the timestamp it was logged with)."""
+    return {"key": key, "value": double(value), "timestamp": round(wall_time * 1000), "step": step}
+
+
 def latest_metrics(job_id: int) -> list[dict]:
     """Each key's value at its last step, as ``runs/get`` answers them."""
     points = (TracePoint.objects.filter(series__job_id=job_id, step=F("series__last_step"))
               .values_list("series__key", "value", "wall_time", "step").order_by("series__key"))
-    return [{"key": key, "value": double(value), "timestamp": int(wall * 1000), "step": step}
-            for key, value, wall, step in points]
+    return [metric(key, value, wall, step) for key, value, wall, step in points]
 
 
-def run(run: MlflowRun) -> dict:
+def run(run: MlflowRun, metrics: list[dict] | None = None) -> dict:
+    """The run as ``runs/get`` answers it; ``metrics``, its latest, when already read."""
     config = run.job.config
     return {"info": run_info(run),
-            "data": {"metrics": latest_metrics(run.job_id),
+            "data": {"metrics": latest_metrics(run.job_id) if metrics is None else metrics,
                      "params": [{"key": k, "value": v} for k, v in config.get("params", {}).items()],
                      "tags": [{"key": k, "value": v} for k, v in config.get("tags", {}).items()]},
             "inputs": {}}

@@ -15,7 +15,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from opdweb.refusals import RETRY_AFTER_OUTAGE, Refused
 from opdweb.runs import actions
+from opdweb.runs import mlflow_reads as reads
 from opdweb.runs import mlflow_requests as read
+from opdweb.runs import mlflow_search as search
 from opdweb.runs import mlflow_shapes as shapes
 from opdweb.runs.mlflow_errors import ENDPOINT_NOT_FOUND, MlflowRefused, mlflow_error
 from opdweb.tokens.authentication import bearer_token, check_write, unauthenticated
@@ -26,11 +28,15 @@ log = logging.getLogger(__name__)
 PREFIX = "api/2.0/mlflow/"
 Handler = Callable[[ApiToken, dict], dict]
 ENDPOINTS: dict[tuple[str, str], Handler] = {}
+#: POST endpoints that only read (MLflow posts a search's body): a read-only token may call them.
+READS: set[tuple[str, str]] = set()
 
 
-def endpoint(method: str, name: str):
+def endpoint(method: str, name: str, *, reads: bool = False):
     def register(handler: Handler) -> Handler:
         ENDPOINTS[(method, name)] = handler
+        if reads:
+            READS.add((method, name))
         return handler
 
     return register
@@ -45,6 +51,15 @@ def get_experiment_by_name(token, data):
 @endpoint("GET", "experiments/get")
 def get_experiment(token, data):
     return {"experiment": shapes.experiment(actions.experiment_by_id(token, read.experiment_id(data)))}
+
+
+@endpoint("POST", "experiments/search", reads=True)
+def search_experiments(token, data):
+    experiments, next_token = reads.search_experiments(
+        token, read.text(data, "filter", required=False), read.strings(data, "order_by"),
+        search.max_results(data.get("max_results"), limit=search.MAX_EXPERIMENTS_LIMIT),
+        read.text(data, "page_token", required=False))
+    return _paged({"experiments": experiments}, next_token)
 
 
 @endpoint("POST", "experiments/create")
@@ -67,6 +82,31 @@ def create_run(token, data):
 @endpoint("GET", "runs/get")
 def get_run(token, data):
     return {"run": shapes.run(actions.run_for(token, read.run_id(data)))}
+
+
+@endpoint("POST", "runs/search", reads=True)
+def search_runs(token, data):
+    experiment_ids = [read.experiment_id({"id": e}, "id") for e in read.strings(data, "experiment_ids")]
+    runs, next_token = reads.search_runs(token, experiment_ids, read.text(data, "filter", required=False),
+                                         read.strings(data, "order_by"), search.max_results(data.get("max_results")),
+                                         read.text(data, "page_token", required=False))
+    return _paged({"runs": runs}, next_token)
+
+
+@endpoint("GET", "metrics/get-history")
+def get_metric_history(token, data):
+    limit = data.get("max_results")
+    metrics, next_token = reads.metric_history(
+        token, read.run_id(data), read.text(data, "metric_key", max_length=read.MAX_KEY_LENGTH),
+        None if limit is None else search.max_results(limit, limit=search.MAX_HISTORY_LIMIT),
+        read.text(data, "page_token", required=False))
+    return _paged({"metrics": metrics}, next_token)
+
+
+def _paged(answer: dict, next_token: str | None) -> dict:
+    """MLflow leaves an empty list and a missing token out of its answer."""
+    answer = {k: v for k, v in answer.items() if v}
+    return {**answer, "next_page_token": next_token} if next_token else answer
 
 
 @endpoint("POST", "runs/update")
@@ -135,6 +175,7 @@ def _answer(request, path: str) -> dict:
     if request.method == "GET":
         data = {k: request.GET.get(k) for k in request.GET}
     else:
-        check_write(token)
+        if (request.method, name) not in READS:
+            check_write(token)
         data = read.json_body(read.body_of(request))
     return handler(token, data)
