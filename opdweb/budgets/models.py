@@ -9,7 +9,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from workers.science.budget.config import BudgetFields, BudgetSpec, calibration_source_in_words
+from workers.science.budget.config import BudgetFields, BudgetSpec, LadderRung, calibration_source_in_words
+from workers.science.budget.zones import ToDecide, budget_under, first_harmful, to_decide
 from workers.science.results import unit_pair
 
 
@@ -81,9 +82,44 @@ class MismatchBudget(models.Model):
     def is_current(self) -> bool:
         return self.superseded_by_id is None
 
-    def spec(self) -> dict:
+    @property
+    def ladder(self) -> list[LadderRung]:
+        """The curve's judged levels (a curve stored before judgements has none judged
+        ``beyond``: nothing there is shown harmful)."""
+        return [LadderRung.of_curve(level) for level in self.curve]
+
+    @property
+    def harmful(self) -> float | None:
+        """Where the shown-harmful zone starts (None: no level was shown to hurt)."""
+        return first_harmful(self.ladder)
+
+    @property
+    def mean_budget(self) -> float | None:
+        """The paper's criterion on the same curve: the budget where the mean drop is at most
+        the tolerance."""
+        return budget_under(self.ladder, "mean", self.tolerance)[0]
+
+    @property
+    def mean_status(self) -> str:
+        return budget_under(self.ladder, "mean", self.tolerance)[1]
+
+    @property
+    def decides(self) -> str:
+        """The criterion the team's admission checks are judged under."""
+        return self.team.budget_criterion
+
+    @property
+    def to_decide(self) -> ToDecide | None:
+        """What calibration would decide the not-shown-safe zone above the (strict) budget."""
+        return to_decide(self.ladder, self.budget, self.harmful)
+
+    def spec(self, criterion: str = "strict") -> dict:
         """The budget as an admission check takes it (``BudgetSpec``: the declared budget
-        fields, read off this row, and its id)."""
+        fields, read off this row, its id and judged ladder), with ``budget`` and ``status``
+        under ``criterion`` (the team's)."""
         fields = {name: getattr(self, name) for name in BudgetFields.model_fields}
-        spec = BudgetSpec.model_validate({**fields, "id": self.pk, "checkpoint_hash": self.checkpoint_hash or None})
-        return spec.model_dump(mode="json")
+        spec = BudgetSpec.model_validate({**fields, "id": self.pk, "checkpoint_hash": self.checkpoint_hash or None,
+                                          "ladder": self.ladder})
+        budget, status = spec.under("mean" if criterion == "mean" else "strict")
+        return spec.model_copy(update={"criterion": criterion, "budget": budget, "status": status}).model_dump(
+            mode="json")
