@@ -190,14 +190,11 @@ def criteria_and_zones(b: dict) -> tuple[str, str, str]:
     """The strict budget, the paper's (mean drop at most the tolerance) and where the
     shown-harmful zone starts, from the stored curve (:mod:`workers.science.budget.zones`)."""
     from workers.science.budget.config import LadderRung
-    from workers.science.budget.zones import budget_under, first_harmful
+    from workers.science.budget.zones import read_curve
 
-    ladder = [LadderRung.of_curve(c) for c in b["curve"]]
-    tolerance = b.get("tolerance", 1.4)
-    harmful = first_harmful(ladder)
-    return (budget_text(*budget_under(ladder, "strict", tolerance)[:2]),
-            budget_text(*budget_under(ladder, "mean", tolerance)[:2]),
-            "not shown" if harmful is None else f"{harmful:.3g}x")
+    z = read_curve([LadderRung.of_curve(c) for c in b["curve"]], b.get("tolerance", 1.4))
+    return (budget_text(z.strict, z.strict_status), budget_text(z.mean, z.mean_status),
+            "not shown" if z.harmful is None else f"{z.harmful:.3g}x")
 
 
 def tables(r: dict) -> str:

@@ -6,11 +6,13 @@ overwrites it: admission checks and approvals keep pointing at the budget they u
 """
 from __future__ import annotations
 
+from functools import cached_property
+
 from django.conf import settings
 from django.db import models
 
 from workers.science.budget.config import BudgetFields, BudgetSpec, LadderRung, calibration_source_in_words
-from workers.science.budget.zones import ToDecide, budget_under, first_harmful, to_decide
+from workers.science.budget.zones import CurveReading, ToDecide, read_curve
 from workers.science.results import unit_pair
 
 
@@ -88,20 +90,26 @@ class MismatchBudget(models.Model):
         ``beyond``: nothing there is shown harmful)."""
         return [LadderRung.of_curve(level) for level in self.curve]
 
+    @cached_property
+    def reading(self) -> CurveReading:
+        """What its curve shows: both criteria's budgets, the harmful zone, what would decide
+        the zone between (``workers.science.budget.zones``)."""
+        return read_curve(self.ladder, self.tolerance)
+
     @property
     def harmful(self) -> float | None:
         """Where the shown-harmful zone starts (None: no level was shown to hurt)."""
-        return first_harmful(self.ladder)
+        return self.reading.harmful
 
     @property
     def mean_budget(self) -> float | None:
         """The paper's criterion on the same curve: the budget where the mean drop is at most
         the tolerance."""
-        return budget_under(self.ladder, "mean", self.tolerance)[0]
+        return self.reading.mean
 
     @property
     def mean_status(self) -> str:
-        return budget_under(self.ladder, "mean", self.tolerance)[1]
+        return self.reading.mean_status
 
     @property
     def decides(self) -> str:
@@ -111,7 +119,7 @@ class MismatchBudget(models.Model):
     @property
     def to_decide(self) -> ToDecide | None:
         """What calibration would decide the not-shown-safe zone above the (strict) budget."""
-        return to_decide(self.ladder, self.budget, self.harmful)
+        return self.reading.undecided
 
     def spec(self, criterion: str = "strict") -> dict:
         """The budget as an admission check takes it (``BudgetSpec``: the declared budget

@@ -63,6 +63,9 @@ def test_it_shows_the_three_zones_and_both_criteria_with_what_would_decide(membe
     assert "&quot;levels&quot;: [\n    10.0,\n    16.5,\n    30.0\n  ]" in form and "&quot;max_seeds&quot;: 6" in form
     garbled = page(client, user, f"/jobs/new/?clone={budget.calibration_job_id}&levels=ten,x&max_seeds=-1")
     assert "&quot;levels&quot;: [\n    10,\n    100\n  ]" in garbled  # what does not parse is left as it was
+    calibration = page(client, user, f"/jobs/{budget.calibration_job_id}/")
+    assert "Shown safe up to 9.1×; shown harmful from 95×; not shown safe between (to decide: more seeds" in calibration
+    assert "The paper's criterion (mean drop at most the tolerance) on the same curve: 30×." in calibration
     out = client.get(f"/api/budgets/{budget.pk}").json()
     assert (out["budget"], out["mean_budget"], out["harmful"], out["decides"]) == (9.1, 30.0, 95.0, "strict")
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .budget.config import LadderRung
 from .budget.results import AdmissionVerdict, CalibrationResult, NoiseSolveResult
-from .budget.zones import budget_under, first_harmful, to_decide
 from .results import DriftReport, MismatchReport, SensitivityReport
 from .training.results import TimeToQualityResult, TrainingResult
 from .verdicts import VERDICT_WORDS
@@ -201,22 +199,18 @@ def _drop_interval(ci: list[float | None] | None) -> str:
 
 def _zone_lines(r: CalibrationResult) -> list[str]:
     """The three zones and both criteria of the calibration's curve (:mod:`.budget.zones`)."""
-    rungs = [LadderRung.of_curve(c.model_dump(mode="json")) for c in r.curve]
-    if not rungs or r.status == "uninformative":  # no budget: the baseline learned nothing to lose
+    if not r.curve or r.status == "uninformative":  # no budget: the baseline learned nothing to lose
         return []
-    harmful = first_harmful(rungs)
-    strict, strict_status, _ = budget_under(rungs, "strict", r.tolerance)
-    mean, mean_status, _ = budget_under(rungs, "mean", r.tolerance)
-    lines = [f"zones     shown safe {_budget_words(strict, strict_status)}; shown harmful "
-             + (f"from {_num(harmful)}x" if harmful is not None else "nowhere (no level's drop lay wholly beyond "
-                                                                       "the tolerance)")
+    z = r.reading()
+    lines = [f"zones     shown safe {_budget_words(z.strict, z.strict_status)}; shown harmful "
+             + (f"from {_num(z.harmful)}x" if z.harmful is not None else "nowhere (no level's drop lay wholly "
+                                                                         "beyond the tolerance)")
              + "; not shown safe between"]
-    undecided = to_decide(rungs, strict, harmful)
-    if undecided is not None:
-        lines.append(f"to decide {undecided.words()}: {undecided.command()}")
+    if z.undecided is not None:
+        lines.append(f"to decide {z.undecided.words()}: {z.undecided.command()}")
     lines.append(f"criteria  strict (upper end of the drop's 95% interval <= tolerance) "
-                 f"{_budget_words(strict, strict_status)}; the paper's (mean drop <= tolerance) "
-                 f"{_budget_words(mean, mean_status)}")
+                 f"{_budget_words(z.strict, z.strict_status)}; the paper's (mean drop <= tolerance) "
+                 f"{_budget_words(z.mean, z.mean_status)}")
     return lines
 
 

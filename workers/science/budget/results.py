@@ -13,7 +13,8 @@ from typing import Any, ClassVar, Literal
 from ..results import CI, JobResult, MismatchReport, UnitOfMultiple
 from ..verdicts import BudgetStatus, Verdict
 from .arithmetic import Agreement, Judgement
-from .config import BudgetFields, BudgetSpec
+from .config import BudgetFields, BudgetSpec, LadderRung
+from .zones import CurveReading, read_curve
 
 #: A calibration's outcome: a budget's status, or ``uninformative`` (no budget: the baseline
 #: did not learn, so no drop could be told from no learning).
@@ -117,6 +118,11 @@ class CalibratedBudget(BudgetFields):
     baseline: Baseline
     rule: str
     transfer: list[TransferRow] = []
+
+    def reading(self) -> CurveReading:
+        """What its curve shows: both criteria's budgets, the harmful zone, what would decide
+        the zone between (:mod:`.zones`)."""
+        return read_curve([LadderRung.of_curve(c.model_dump(mode="json")) for c in self.curve], self.tolerance)
 
 
 class Learned(JobResult):

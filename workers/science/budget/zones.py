@@ -150,5 +150,27 @@ def to_decide(rungs: Sequence[Rung], budget: float | None, harmful: float | None
                     tuple(kept), max_seeds)
 
 
-__all__ = ["CRITERIA", "Criterion", "Rung", "ToDecide", "Zone", "budget_under", "first_harmful", "passes",
-           "to_decide", "zone_of"]
+@dataclass(frozen=True)
+class CurveReading:
+    """What one judged ladder shows, read once for every page and table: the budget under
+    each criterion, where the shown-harmful zone starts, and what would decide the zone above
+    the strict budget."""
+
+    strict: float | None
+    strict_status: BudgetStatus
+    mean: float | None
+    mean_status: BudgetStatus
+    harmful: float | None
+    undecided: ToDecide | None
+
+
+def read_curve(rungs: Sequence[Rung], tolerance: float) -> CurveReading:
+    """The :class:`CurveReading` of a judged ladder."""
+    strict, strict_status, _ = budget_under(rungs, "strict", tolerance)
+    mean, mean_status, _ = budget_under(rungs, "mean", tolerance)
+    harmful = first_harmful(rungs)
+    return CurveReading(strict, strict_status, mean, mean_status, harmful, to_decide(rungs, strict, harmful))
+
+
+__all__ = ["CRITERIA", "Criterion", "CurveReading", "Rung", "ToDecide", "Zone", "budget_under", "first_harmful",
+           "passes", "read_curve", "to_decide", "zone_of"]
