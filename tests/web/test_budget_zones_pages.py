@@ -124,6 +124,8 @@ def test_an_admission_not_shown_safe_says_so_and_what_would_decide_it(member, cl
     text = page(client, user, f"/jobs/{check.pk}/")
     assert '<span class="verdict not_shown_safe">not shown safe</span>' in text
     assert "(above the budget, not shown harmful)" in text and words in text
+    link = f"/jobs/new/?clone={budget.calibration_job_id}&amp;levels=10.0,30.0,50.0,100.0&amp;max_seeds=6"
+    assert f'<a id="calibrate-to-decide" href="{link}">' in text
     assert 'id="request-approval"' not in text  # only a pass may be approved
     listing = page(client, user, f"/budgets/{budget.pk}/")
     assert 'class="verdict not_shown_safe" title="above the budget, not shown harmful">not shown safe<' in listing

@@ -16,7 +16,7 @@ One question, one rule (each verdict names its rule where it is shown):
 - ``admission`` (an admission check of a rollout config, and the **re-check** during a
   training run, which asks the same question on the current weights):
   :data:`CI_AGAINST_BUDGET`, the 95 % CI of the measured multiple against the calibration's
-  three zones (:func:`decide`; the zones are :mod:`workers.science.budget.zones`'): ``pass``
+  three zones (:func:`decide`; the zones are :mod:`workers.science.budget.zones`'s): ``pass``
   when the CI lies entirely below the budget (shown safe), ``inconclusive`` when it contains
   or touches the budget (the prompts that would likely decide it assume the CI's half-width
   shrinks as 1/sqrt(prompts)), ``not_shown_safe`` when it lies above the budget but not

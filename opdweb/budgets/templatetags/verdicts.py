@@ -21,3 +21,13 @@ def verdict_words(result) -> str:
 def verdict_label(verdict) -> str:
     """The verdict as a label: ``not shown safe`` rather than ``not_shown_safe``."""
     return str(verdict or "").replace("_", " ")
+
+
+@register.simple_tag
+def calibration_job_of(budget_id) -> int | None:
+    """The calibration job a stored budget came from (None: unknown), for the one click that
+    calibrates again to decide a check that is not shown safe (on a page that already shows
+    the check, so the budget is the viewer's team's)."""
+    from opdweb.budgets.models import MismatchBudget
+
+    return MismatchBudget.objects.filter(pk=budget_id).values_list("calibration_job_id", flat=True).first()
