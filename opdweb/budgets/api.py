@@ -33,6 +33,12 @@ class BudgetOut(BudgetFields):
     baseline: dict[str, Any]
     rule: str
     superseded_by_id: int | None
+    harmful: float | None = Field(description="Where the shown-harmful zone starts: the first level whose drop "
+                                              "interval lay wholly beyond the tolerance (null: not shown).")
+    mean_budget: float | None = Field(description="The paper's criterion on the same curve: the budget where the "
+                                                  "mean drop is at most the tolerance (`budget` is the strict one).")
+    mean_status: str
+    decides: str = Field(description="The criterion the team's admission checks are judged under: strict or mean.")
 
     @field_validator("team", mode="before")
     @classmethod
@@ -69,6 +75,7 @@ def get_budget(request, budget_id: int):
 
 
 @routes.route("GET", "budgets/<int:budget_id>/spec", summary="The budget as `python -m workers admit --budget FILE` "
-              "takes it", response=dict[str, Any], errors=(404,))
+              "takes it, under its team's criterion", response=dict[str, Any], errors=(404,))
 def budget_spec(request, budget_id: int):
-    return visible_budget(request.user, budget_id).spec()
+    budget = visible_budget(request.user, budget_id)
+    return budget.spec(budget.team.budget_criterion)

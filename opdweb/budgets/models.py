@@ -6,10 +6,13 @@ overwrites it: admission checks and approvals keep pointing at the budget they u
 """
 from __future__ import annotations
 
+from functools import cached_property
+
 from django.conf import settings
 from django.db import models
 
-from workers.science.budget.config import BudgetFields, BudgetSpec, calibration_source_in_words
+from workers.science.budget.config import BudgetFields, BudgetSpec, LadderRung, calibration_source_in_words
+from workers.science.budget.zones import CurveReading, ToDecide, read_curve
 from workers.science.results import unit_pair
 
 
@@ -81,9 +84,50 @@ class MismatchBudget(models.Model):
     def is_current(self) -> bool:
         return self.superseded_by_id is None
 
-    def spec(self) -> dict:
+    @property
+    def ladder(self) -> list[LadderRung]:
+        """The curve's judged levels (a curve stored before judgements has none judged
+        ``beyond``: nothing there is shown harmful)."""
+        return [LadderRung.of_curve(level) for level in self.curve]
+
+    @cached_property
+    def reading(self) -> CurveReading:
+        """What its curve shows: both criteria's budgets, the harmful zone, what would decide
+        the zone between (``workers.science.budget.zones``)."""
+        return read_curve(self.ladder, self.tolerance)
+
+    @property
+    def harmful(self) -> float | None:
+        """Where the shown-harmful zone starts (None: no level was shown to hurt)."""
+        return self.reading.harmful
+
+    @property
+    def mean_budget(self) -> float | None:
+        """The paper's criterion on the same curve: the budget where the mean drop is at most
+        the tolerance."""
+        return self.reading.mean
+
+    @property
+    def mean_status(self) -> str:
+        return self.reading.mean_status
+
+    @property
+    def decides(self) -> str:
+        """The criterion the team's admission checks are judged under."""
+        return self.team.budget_criterion
+
+    @property
+    def to_decide(self) -> ToDecide | None:
+        """What calibration would decide the not-shown-safe zone above the (strict) budget."""
+        return self.reading.undecided
+
+    def spec(self, criterion: str = "strict") -> dict:
         """The budget as an admission check takes it (``BudgetSpec``: the declared budget
-        fields, read off this row, and its id)."""
+        fields, read off this row, its id and judged ladder), with ``budget`` and ``status``
+        under ``criterion`` (the team's)."""
         fields = {name: getattr(self, name) for name in BudgetFields.model_fields}
-        spec = BudgetSpec.model_validate({**fields, "id": self.pk, "checkpoint_hash": self.checkpoint_hash or None})
-        return spec.model_dump(mode="json")
+        spec = BudgetSpec.model_validate({**fields, "id": self.pk, "checkpoint_hash": self.checkpoint_hash or None,
+                                          "ladder": self.ladder})
+        budget, status = spec.under("mean" if criterion == "mean" else "strict")
+        return spec.model_copy(update={"criterion": criterion, "budget": budget, "status": status}).model_dump(
+            mode="json")

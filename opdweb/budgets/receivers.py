@@ -68,7 +68,7 @@ def resolve_admission_budget(team, config: dict) -> dict:
             raise Refused(f"budget: #{ref} was calibrated on checkpoint {budget.checkpoint!r}, not on {model!r}; "
                           "calibrate a budget for this checkpoint",
                           details=[{"field": "budget", "message": "other checkpoint"}])
-    return {**config, "budget": budget.spec()}
+    return {**config, "budget": budget.spec(team.budget_criterion)}
 
 
 CONFIG_RESOLVERS[Kind.ADMISSION] = resolve_admission_budget

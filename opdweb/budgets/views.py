@@ -12,6 +12,7 @@ from opdweb.jobs.results import typed_result
 from opdweb.teams.access import teams_of
 from workers.science.budget.results import AdmissionVerdict
 from workers.science.kinds import Kind
+from workers.science.verdicts import in_words
 
 
 @login_required
@@ -26,7 +27,8 @@ def admission_points(budget: MismatchBudget) -> list[dict]:
                               config__budget__id=budget.pk).order_by("-created_at")[:200]
     checks = [(j, typed_result(j)) for j in jobs]
     return [{"job": j.pk, "name": j.name or f"#{j.pk}", "verdict": r.verdict, "multiple": r.multiple,
-             "ci": r.multiple_ci, "rollout": r.rollout} for j, r in checks if isinstance(r, AdmissionVerdict)]
+             "words": in_words(r.verdict, with_zones=bool(r.budget.ladder)), "ci": r.multiple_ci,
+             "rollout": r.rollout} for j, r in checks if isinstance(r, AdmissionVerdict)]
 
 
 @login_required
@@ -36,6 +38,7 @@ def budget_detail(request, budget_id: int):
                                             metric=budget.metric).order_by("step", "-created_at")
     checks = admission_points(budget)
     chart = {"curve": budget.curve, "baseline": budget.baseline, "tolerance": budget.tolerance,
-             "budget": budget.budget, "status": budget.status, "checks": checks}
+             "budget": budget.budget, "status": budget.status, "checks": checks, "harmful": budget.harmful,
+             "mean_budget": budget.mean_budget}
     return render(request, "budgets/detail.html", {"budget": budget, "by_step": by_step, "checks": checks,
                                                    "chart": chart})

@@ -29,7 +29,7 @@ def summary(job) -> str:
     if status in ("reached", "not_reached", "below_ladder"):
         return f"budget {numbers.budget(_number(budget), status)}"
     if verdict:
-        return f"{verdict} at {numbers.multiple(_number(multiple))}"
+        return f"{str(verdict).replace('_', ' ')} at {numbers.multiple(_number(multiple))}"  # not shown safe at 40×
     if multiple is not None:
         return numbers.multiple(_number(multiple))
     if accuracy is not None:

@@ -80,7 +80,8 @@ def job_new(request):
     if request.GET.get("kind") in examples:
         form.update(kind=request.GET["kind"], config=json.dumps(examples[request.GET["kind"]], indent=2))
     if request.GET.get("clone", "").isdigit():
-        form.update(cloned_form(request.user, int(request.GET["clone"]), request.GET.get("prompts", "")))
+        form.update(cloned_form(request.user, int(request.GET["clone"]), request.GET.get("prompts", ""),
+                                request.GET.get("levels", ""), request.GET.get("max_seeds", "")))
     elif request.GET.get("kind") in FORM_PREFILLS:
         form.update(FORM_PREFILLS[request.GET["kind"]](request.user, request.GET, examples[request.GET["kind"]]))
     error, problems, view, status = None, [], "fields", 200
@@ -141,12 +142,21 @@ def kind_forms(request, form: dict, examples: dict, view: str, problems: list[di
     return {"kind_forms": forms, "general_problems": general, "picker_choices": choices_by_team}
 
 
-def cloned_form(user, job_id: int, prompts: str) -> dict:
+def cloned_form(user, job_id: int, prompts: str, levels: str = "", max_seeds: str = "") -> dict:
     """The form filled from a job the user can see (re-run, or extend a measurement with
     more prompts: the same seed measures the same first prompts again, the BF16 reference
-    comes from the cache)."""
+    comes from the cache; or calibrate again with the ``levels`` and ``max_seeds`` that
+    would decide a budget's not-shown-safe zone).  Values that do not parse are left out:
+    the form's validation speaks for the config."""
     job = visible_job(user, job_id)
     config = resubmitted_config(job, int(prompts) if prompts.isdigit() else None)
+    if job.kind == Kind.CALIBRATION:
+        try:
+            config["levels"] = [float(v) for v in levels.split(",")] if levels else config.get("levels")
+        except ValueError:
+            pass
+        if max_seeds.isdigit():
+            config["max_seeds"] = int(max_seeds)
     return {"kind": job.kind, "config": json.dumps(config, indent=2), "team": job.team.slug,
             "name": (job.name or f"re-run of #{job.pk}")[:200]}
 

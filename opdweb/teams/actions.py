@@ -1,5 +1,5 @@
-"""What team admins do to memberships.  Each change is audited; a team always keeps at
-least one admin, so nobody can lock a team out of its own settings."""
+"""What team admins do to memberships and the team's settings.  Each change is audited; a
+team always keeps at least one admin, so nobody can lock a team out of its own settings."""
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
@@ -12,7 +12,7 @@ from django.utils.http import urlsafe_base64_encode
 
 from opdweb.refusals import Refused
 from opdweb.teams import audit
-from opdweb.teams.models import Membership, Role
+from opdweb.teams.models import BudgetCriterion, Membership, Role, Team
 
 
 def check_role(value) -> Role:
@@ -112,3 +112,22 @@ def do_remove_member(*, team, actor, membership_id: int) -> None:
         membership.delete()
         audit.record(team, actor, audit.MEMBER_REMOVED, f"removed {membership.user.username}",
                      user=membership.user.username)
+
+
+def do_set_budget_criterion(*, team, actor, criterion) -> Team:
+    """Which criterion the team's admission checks are judged under (strict or the paper's
+    mean drop): checks submitted from now on take their budget under it; earlier ones keep
+    theirs."""
+    if criterion not in BudgetCriterion.values:
+        names = ", ".join(BudgetCriterion.values)
+        raise Refused(f"budget criterion must be one of {names} (got {criterion!r})",
+                      details=[{"field": "budget_criterion", "message": "unknown criterion"}])
+    with transaction.atomic():
+        locked = Team.objects.select_for_update().get(pk=team.pk)
+        before = locked.budget_criterion
+        locked.budget_criterion = criterion
+        locked.save(update_fields=["budget_criterion"])
+        audit.record(team, actor, audit.BUDGET_CRITERION_CHANGED,
+                     f"admission checks judged under the {criterion} criterion (was {before})",
+                     before=before, after=criterion)
+    return locked

@@ -22,6 +22,7 @@ RUN_LINKED = "run.linked"
 RUN_ALERT = "run.alert"
 RUN_RECHECKED = "run.rechecked"
 WATCH_RULE_CHANGED = "watch.rule_changed"
+BUDGET_CRITERION_CHANGED = "team.budget_criterion"
 
 
 def record(team, actor, action: str, summary: str, *, subject: str = "", subject_id: int | None = None,

@@ -12,10 +12,21 @@ class Role(models.IntegerChoices):
     ADMIN = 40, "admin"
 
 
+class BudgetCriterion(models.TextChoices):
+    """Which criterion a level's accuracy drop must meet for a budget to reach it, when the
+    team's admission checks are judged (``workers.science.budget.zones``)."""
+
+    STRICT = "strict", "strict: the upper end of the drop's 95 % interval at most the tolerance"
+    MEAN = "mean", "the paper's: the mean drop at most the tolerance"
+
+
 class Team(models.Model):
     name = models.CharField(max_length=100, unique=True)
     slug = models.SlugField(max_length=100, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The budget an admission check is judged against: strict by default (a defensible lower bound).
+    budget_criterion = models.CharField(max_length=10, choices=BudgetCriterion.choices,
+                                        default=BudgetCriterion.STRICT)
 
     def __str__(self) -> str:
         return self.name

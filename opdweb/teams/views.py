@@ -10,8 +10,14 @@ from django.views.decorators.http import require_POST
 
 from opdweb.pages import answers_refusals
 from opdweb.teams.access import team_for
-from opdweb.teams.actions import do_add_member, do_change_role, do_invite_user, do_remove_member
-from opdweb.teams.models import AuditEntry, Membership, Role
+from opdweb.teams.actions import (
+    do_add_member,
+    do_change_role,
+    do_invite_user,
+    do_remove_member,
+    do_set_budget_criterion,
+)
+from opdweb.teams.models import AuditEntry, BudgetCriterion, Membership, Role
 
 
 @login_required
@@ -25,6 +31,7 @@ def team_detail(request, slug: str):
     team = team_for(request.user, slug)
     members = Membership.objects.filter(team=team).select_related("user").order_by("-role", "user__username")
     return render(request, "teams/detail.html", {"team": team, "members": members, "roles": Role,
+                                                 "criteria": BudgetCriterion,
                                                  "is_admin": team.viewer_role >= Role.ADMIN})
 
 
@@ -76,4 +83,14 @@ def member_remove(request, slug: str, membership_id: int):
     team = team_for(request.user, slug, Role.ADMIN)
     do_remove_member(team=team, actor=request.user, membership_id=membership_id)
     messages.info(request, "member removed")
+    return redirect("teams:detail", slug=slug)
+
+
+@login_required
+@require_POST
+@answers_refusals
+def budget_criterion(request, slug: str):
+    team = team_for(request.user, slug, Role.ADMIN)
+    team = do_set_budget_criterion(team=team, actor=request.user, criterion=request.POST.get("budget_criterion"))
+    messages.info(request, f"admission checks are now judged under the {team.budget_criterion} criterion")
     return redirect("teams:detail", slug=slug)

@@ -173,7 +173,8 @@ def test_verdict_at_and_around_the_boundary():
     assert at.verdict == "inconclusive" and at.prompts_to_decide is None  # on the budget: no n decides
     touching = decide(95, [90, 100], 100, "reached", 128)
     assert touching.verdict == "inconclusive"  # the CI's end touches the budget: not entirely below
-    assert decide(106, [100.001, 112], 100, "reached", 128).verdict == "fail"  # just above
+    # just above the budget, and no level was shown to hurt: not shown safe, never "fail"
+    assert decide(106, [100.001, 112], 100, "reached", 128).verdict == "not_shown_safe"
     assert decide(200, [150, 250], 100, "reached", 128).margin == pytest.approx(0.5)
 
 
@@ -185,11 +186,13 @@ def test_inconclusive_says_how_many_prompts_would_decide():
 
 
 def test_verdict_without_budget_or_ci():
-    assert decide(5, [4, 6], None, "below_ladder", 64).verdict == "fail"
+    assert decide(5, [4, 6], None, "below_ladder", 64).verdict == "not_shown_safe"  # nothing shown safe, nor harmful
+    assert decide(5, [4, 6], None, "below_ladder", 64, harmful=3).verdict == "fail"
     assert decide(5, None, 100, "reached", 64).verdict == "inconclusive"
     # every level passed up to 1000x: under it passes, over it cannot be judged
     assert decide(50, [40, 60], 1000, "not_reached", 64).verdict == "pass"
-    assert decide(2000, [1500, 2500], 1000, "not_reached", 64).verdict == "inconclusive"
+    assert decide(2000, [1500, 2500], 1000, "not_reached", 64).verdict == "not_shown_safe"
+    assert decide(1200, [900, 1500], 1000, "not_reached", 64).verdict == "inconclusive"
 
 
 def test_bf16_passes_any_reached_budget():

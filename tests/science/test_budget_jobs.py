@@ -32,6 +32,12 @@ def budget_file(tmp_path, student):
     return make
 
 
+def rung(multiple: float, drop: float, judgement: str, seeds: int = 3) -> dict:
+    """A judged level of a budget's ladder (``LadderRung``)."""
+    return {"target": multiple, "multiple": multiple, "seeds": seeds, "drop_points": drop,
+            "within": judgement == "within", "judgement": judgement}
+
+
 def yaml_file(tmp_path, text: str) -> str:
     path = tmp_path / f"rollout-{abs(hash(text))}.yaml"
     path.write_text(text)
@@ -59,13 +65,29 @@ def test_admission_of_bf16_passes_and_a_pushed_config_fails(student, tmp_path, b
     assert bf16.returncode == 0, bf16.stderr
     report = json.loads(bf16.stdout)
     assert report["verdict"] == "pass" and report["identical_to_unit"] and report["multiple"] == pytest.approx(1.0)
+    # 5x within, 6x beyond (its drop wholly above the tolerance): from 6x on is shown harmful
+    harmful_at_6 = budget_file(5.0, ladder=[rung(5.0, 0.0, "within"), rung(6.0, 3.0, "beyond")])
     noisy = cli("admit", "--model", student, "--config", yaml_file(tmp_path, "noise_sigma: 0.3\n"), "--budget",
-                budget_file(5.0), "--prompts", "64", "--threads", "1", "--json")
+                harmful_at_6, "--prompts", "64", "--threads", "1", "--json")
     assert noisy.returncode == 0, noisy.stderr
     report = json.loads(noisy.stdout)
-    assert report["multiple_ci"][0] > 5.0 and report["verdict"] == "fail"
+    assert report["multiple_ci"][0] > 6.0 and report["verdict"] == "fail" and "shown harmful" in report["reason"]
     assert report["margin"] == pytest.approx(5.0 / report["multiple"])
     assert report["drift"]["prompts"] == 32 and 0.0 <= report["drift"]["diverged_fraction"] <= 1.0
+
+
+def test_above_the_budget_but_below_any_harm_is_not_shown_safe_and_says_what_would_decide(student, tmp_path,
+                                                                                          budget_file):
+    # 5x within, 6x inconclusive (3 seeds), nothing shown harmful below 1e9x
+    undecided = budget_file(5.0, ladder=[rung(5.0, 0.0, "within"), rung(6.0, 1.2, "inconclusive"),
+                                         rung(1e9, 9.0, "beyond")])
+    r = cli("admit", "--model", student, "--config", yaml_file(tmp_path, "noise_sigma: 0.3\n"), "--budget", undecided,
+            "--prompts", "64", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("NOT_SHOWN_SAFE (above the budget, not shown harmful): the 95% CI")
+    assert "shown harmful from 1e+09x" in r.stdout
+    assert "to decide: more seeds (up to 6) at 6x (3 seeds now), or a level at about" in r.stdout
+    assert "--levels 5,6," in r.stdout and "--max-seeds 6" in r.stdout
 
 
 def test_where_the_unit_measures_zero_the_admission_decides_on_the_absolute_k3(student, tmp_path, budget_file):
@@ -87,8 +109,9 @@ def test_where_the_unit_measures_zero_the_admission_decides_on_the_absolute_k3(s
     assert roomy["multiple"] is None and roomy["decided_on"] == "absolute"
     assert roomy["absolute_budget"] == pytest.approx(1.0) and 0 < roomy["value_ci"][1] < 1.0
     assert roomy["verdict"] == "pass" and "undefined" in roomy["reason"]
-    tight = admit(budget=1.0, reference_value=1e-9)  # 1e-9: far below the FP8 config's k3 (its CI's low end)
-    assert tight["value_ci"][0] > 1e-9 and tight["verdict"] == "fail"
+    # 1e-9: far below the FP8 config's k3 (its CI's low end), as is the harmful level's 2e-9
+    tight = admit(budget=1.0, reference_value=1e-9, ladder=[rung(1.0, 0.0, "within"), rung(2.0, 3.0, "beyond")])
+    assert tight["value_ci"][0] > 2e-9 and tight["verdict"] == "fail"
     unrecorded = admit(budget=1000.0)  # a budget that never recorded its unit's value cannot be turned absolute
     assert unrecorded["verdict"] == "inconclusive" and "records no unit value" in unrecorded["reason"]
 

@@ -26,7 +26,7 @@ def test_a_run_that_leaves_its_budget_is_flagged_at_that_step(student, teacher, 
     assert all(c["multiple"] is not None and math.isfinite(c["multiple"]) and c["multiple"] > 1.5 for c in checks)
     assert [c["within"] for c in checks] == [True, False, False]
     # the admission's rule, on a paired-bootstrap CI around the multiple
-    assert [c["verdict"] for c in checks] == ["pass", "fail", "fail"]
+    assert [c["verdict"] for c in checks] == ["pass", "not_shown_safe", "not_shown_safe"]
     assert all(c["multiple_ci"][0] <= c["multiple"] <= c["multiple_ci"][1] for c in checks)
     assert checks[1]["multiple_ci"][0] > 1.5 and {c["rule"] for c in checks} == {"ci_against_budget"}
     assert report["admission"]["left_budget_at_step"] == 2

@@ -25,7 +25,8 @@ def test_the_row_holds_every_declared_field_and_nothing_else():
 
 def test_the_api_answer_and_the_spec_derive_from_the_declaration():
     assert set(BudgetFields.model_fields) <= set(BudgetOut.model_fields)
-    assert set(BudgetSpec.model_fields) == set(BudgetFields.model_fields) | {"id"}
+    # the spec adds the stored row's id, the team's criterion and the judged ladder (from the curve)
+    assert set(BudgetSpec.model_fields) == set(BudgetFields.model_fields) | {"id", "criterion", "ladder"}
 
 
 def test_a_stored_calibration_gives_back_the_budget_it_found(member):
@@ -33,7 +34,10 @@ def test_a_stored_calibration_gives_back_the_budget_it_found(member):
     budget = stored_calibration(team, user, "/models/student", 9.1)
     spec = BudgetSpec.model_validate(budget.spec())
     found = CalibrationResult.model_validate(budget.calibration_job.result)
-    assert spec.model_dump(exclude={"id"}) == found.model_dump(include=set(BudgetFields.model_fields))
-    assert spec.id == budget.pk
+    assert spec.model_dump(exclude={"id", "criterion", "ladder"}) == found.model_dump(
+        include=set(BudgetFields.model_fields))
+    assert spec.id == budget.pk and spec.criterion == "strict"
+    assert [(r.multiple, r.seeds, r.within) for r in spec.ladder] == [
+        (c.multiple, len(c.accuracies), c.within) for c in found.curve]
     out = BudgetOut.model_validate(budget)
     assert (out.budget, out.bracket_low, out.bracket_high, out.team) == (9.1, 9.1, 91.0, team.slug)

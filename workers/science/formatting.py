@@ -7,6 +7,7 @@ from typing import Any
 from .budget.results import AdmissionVerdict, CalibrationResult, NoiseSolveResult
 from .results import DriftReport, MismatchReport, SensitivityReport
 from .training.results import TimeToQualityResult, TrainingResult
+from .verdicts import VERDICT_WORDS
 
 
 def _num(x: Any, digits: int = 4) -> str:
@@ -171,15 +172,55 @@ def format_calibration(r: CalibrationResult) -> str:
     head = ("budget not reached: every level stayed within tolerance, the budget is at least "
             f"{_num(r.budget)}x" if r.status == "not_reached" else f"budget {_num(r.budget)}x "
             f"(between {_num(r.bracket[0])}x and {_num(r.bracket[1])}x)")
-    rows: list[list[Any]] = [["BF16", 1.0, None, r.baseline.mean, r.baseline.sd, 0.0, "baseline"]]
-    rows += [[f"{c.target:g}x", c.multiple, c.setting.get("noise_sigma"), c.accuracy_mean, c.accuracy_sd,
-              c.drop_points, "within" if c.within else "beyond"] for c in r.curve]
+    rows: list[list[Any]] = [["BF16", 1.0, None, len(r.baseline.accuracies), r.baseline.mean, r.baseline.sd, 0.0,
+                              "-", "baseline"]]
+    rows += [[f"{c.target:g}x", c.multiple, c.setting.get("noise_sigma"), len(c.accuracies), c.accuracy_mean,
+              c.accuracy_sd, c.drop_points, _drop_interval(c.drop_ci), c.judgement or _old_judgement(c.within)]
+             for c in r.curve]
+    seeds = sorted({len(c.accuracies) for c in r.curve} | {len(r.baseline.accuracies)})
+    seeds_s = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
     return "\n".join([
-        f"{head}; {r.method} on {r.checkpoint} ({r.task}), {r.steps} steps x {r.seeds} seeds, "
+        f"{head}; {r.method} on {r.checkpoint} ({r.task}), {r.steps} steps x {seeds_s} seeds per level, "
         f"tolerance {r.tolerance:g} points, {r.metric} multiples of the {r.unit_engine} BF16 engine, levels of "
         f"{r.source or 'redrawn-noise'}",
-        "", _table(["level", "multiple", "noise sigma", "accuracy", "sd", "drop (points)", "tolerance"], rows),
+        *_zone_lines(r),
+        "", _table(["level", "multiple", "noise sigma", "seeds", "accuracy", "sd", "drop (points)", "drop 95% CI",
+                    "judgement"], rows),
         "", f"rule: {r.rule}", *_transfer_lines(r)])
+
+
+def _old_judgement(within: bool) -> str:
+    """A level judged before drop intervals: only whether it was within."""
+    return "within" if within else "not within"
+
+
+def _drop_interval(ci: list[float | None] | None) -> str:
+    if not ci:
+        return "-"
+    return "[" + ", ".join("inf" if e is None else f"{e:+.2f}" for e in ci) + "]"
+
+
+def _zone_lines(r: CalibrationResult) -> list[str]:
+    """The three zones and both criteria of the calibration's curve (:mod:`.budget.zones`)."""
+    if not r.curve or r.status == "uninformative":  # no budget: the baseline learned nothing to lose
+        return []
+    z = r.reading()
+    lines = [f"zones     shown safe {_budget_words(z.strict, z.strict_status)}; shown harmful "
+             + (f"from {_num(z.harmful)}x" if z.harmful is not None else "nowhere (no level's drop lay wholly "
+                                                                         "beyond the tolerance)")
+             + "; not shown safe between"]
+    if z.undecided is not None:
+        lines.append(f"to decide {z.undecided.words()}: {z.undecided.command()}")
+    lines.append(f"criteria  strict (upper end of the drop's 95% interval <= tolerance) "
+                 f"{_budget_words(z.strict, z.strict_status)}; the paper's (mean drop <= tolerance) "
+                 f"{_budget_words(z.mean, z.mean_status)}")
+    return lines
+
+
+def _budget_words(budget: float | None, status: str) -> str:
+    if status == "below_ladder" or budget is None:
+        return "nowhere (below the lowest level)"
+    return f"up to at least {_num(budget)}x (not reached)" if status == "not_reached" else f"up to {_num(budget)}x"
 
 
 def _transfer_lines(r: CalibrationResult) -> list[str]:
@@ -200,10 +241,14 @@ def _transfer_lines(r: CalibrationResult) -> list[str]:
 
 def format_admission(r: AdmissionVerdict) -> str:
     b = r.budget
-    lines = [f"{r.verdict.upper()}: {r.reason}",
+    harmful = b.harmful
+    lines = [f"{r.verdict.upper()} ({VERDICT_WORDS.get(r.verdict, r.verdict)}): {r.reason}",
              _multiple_line(r),
-             f"budget {_num(b.budget)}x BF16 of {b.pair} ({b.method}, {b.status}); margin budget/multiple "
+             f"budget {_num(b.budget)}x BF16 of {b.pair} ({b.method}, {b.status}, {b.criterion} criterion); "
+             f"shown harmful {f'from {harmful:.3g}x' if harmful is not None else 'not shown'}; margin budget/multiple "
              f"{_num(r.margin)}; KV capacity {_num(r.kv_capacity_gain)}x BF16"]
+    if r.to_decide:
+        lines.append(f"to decide: {r.to_decide.words}: {r.to_decide.command}")
     if r.prompts_to_decide:
         lines.append(f"about {r.prompts_to_decide} prompts would likely decide it (now {r.prompts})")
     if r.drift:

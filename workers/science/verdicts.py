@@ -15,11 +15,13 @@ One question, one rule (each verdict names its rule where it is shown):
 
 - ``admission`` (an admission check of a rollout config, and the **re-check** during a
   training run, which asks the same question on the current weights):
-  :data:`CI_AGAINST_BUDGET`, the 95 % CI of the measured multiple against the budget
-  (:func:`decide`: ``pass`` when the CI lies
-  entirely below the budget, ``fail`` when entirely above, ``inconclusive`` when it straddles or
-  touches it; the prompts that would likely decide it assume the CI's half-width shrinks as
-  1/sqrt(prompts)).
+  :data:`CI_AGAINST_BUDGET`, the 95 % CI of the measured multiple against the calibration's
+  three zones (:func:`decide`; the zones are :mod:`workers.science.budget.zones`'s): ``pass``
+  when the CI lies entirely below the budget (shown safe), ``inconclusive`` when it contains
+  or touches the budget (the prompts that would likely decide it assume the CI's half-width
+  shrinks as 1/sqrt(prompts)), ``not_shown_safe`` when it lies above the budget but not
+  above the first level shown to hurt (more calibration decides it, not more prompts), and
+  ``fail`` only when it lies above that level (shown harmful).
 - ``run watch`` (a cluster run that logs one multiple per step, with no interval):
   :data:`OVER_FOR_CONSECUTIVE_STEPS`, the logged multiple above the budget at its step for a
   number of logged steps in a row (one noisy point does not alert).
@@ -33,8 +35,25 @@ from typing import Iterable, Literal, Sequence
 
 #: Where a calibration left its budget: found, above its ladder, or below its lowest level.
 BudgetStatus = Literal["reached", "not_reached", "below_ladder"]
-#: An admission verdict.
-Verdict = Literal["pass", "fail", "inconclusive"]
+#: An admission verdict (:func:`decide`).
+Verdict = Literal["pass", "inconclusive", "not_shown_safe", "fail"]
+#: Each verdict in words, as pages and reports head it.
+VERDICT_WORDS = {
+    "pass": "shown safe",
+    "inconclusive": "undecided: the CI contains the budget",
+    "not_shown_safe": "above the budget, not shown harmful",
+    "fail": "shown harmful",
+}
+
+
+
+def in_words(verdict: str | None, with_zones: bool = True) -> str:
+    """A verdict in words; ``with_zones`` False for a check judged before the zones (its
+    budget carried no ladder), whose ``fail`` meant only "the CI lies above the budget"."""
+    if verdict == "fail" and not with_zones:
+        return "above the budget (judged before harm was told apart; not shown harmful)"
+    return VERDICT_WORDS.get(str(verdict), str(verdict or ""))
+
 
 #: The admission check's rule, also the re-check's during training.
 CI_AGAINST_BUDGET = "ci_against_budget"
@@ -43,8 +62,9 @@ OVER_FOR_CONSECUTIVE_STEPS = "over_for_consecutive_steps"
 
 #: Each rule in words, as pages, reports and webhook bodies name it.
 RULES = {
-    CI_AGAINST_BUDGET: "the 95 % CI of the multiple against the budget: pass when it lies below, fail when it "
-                       "lies above, inconclusive when it contains the budget",
+    CI_AGAINST_BUDGET: "the 95 % CI of the multiple against the budget: pass when it lies below, inconclusive "
+                       "when it contains the budget, not shown safe when it lies above the budget but not above "
+                       "the first level shown to hurt, fail only when it lies above that level",
     OVER_FOR_CONSECUTIVE_STEPS: "the logged multiple above the budget at its step for N logged steps in a row",
 }
 
@@ -79,27 +99,52 @@ class Decision:
 
 
 def decide(multiple: float | None, ci: Sequence[float | None] | None, budget: float | None, status: BudgetStatus,
-           prompts: int) -> Decision:
+           prompts: int, harmful: float | None = None) -> Decision:
     """The admission verdict of a measured multiple (with its 95% CI over ``prompts``
-    prompts) against a budget (see the module docstring)."""
+    prompts) against a budget and ``harmful``, the multiple of the calibration's first level
+    shown to hurt (None: none was; see the module docstring)."""
+    ends = _ends(ci) if multiple is not None else None
+    lo, hi = ends or (math.nan, math.nan)
+    if harmful is not None and ends is not None and lo > harmful:
+        margin = None if budget is None or not multiple else budget / multiple
+        return Decision("fail", f"the 95% CI [{lo:.3g}, {hi:.3g}] lies above {harmful:.3g}x, the first calibrated "
+                                "level whose accuracy drop lay wholly beyond the tolerance (shown harmful)", margin)
     if budget is None or status == "below_ladder":
-        return Decision("fail", "the budget is below the lowest calibrated level: no mismatch above BF16 was "
-                                "tolerated", None)
-    if multiple is None or ci is None or len(ci) != 2 or ci[0] is None or ci[1] is None:
+        return Decision("not_shown_safe", "no level was shown safe: the lowest calibrated level is not within "
+                                          "tolerance, and " + _harm_words(harmful, hi if ends else None), None)
+    if multiple is None or ends is None:
         return Decision("inconclusive", "the multiple has no confidence interval (too few prompts, or a zero "
                                         "BF16 reference); measure more prompts", None)
-    lo, hi = float(ci[0]), float(ci[1])
     margin = budget / multiple if multiple > 0 else math.inf
     if hi < budget:
-        return Decision("pass", f"the 95% CI [{lo:.3g}, {hi:.3g}] lies below the budget {budget:.3g}x", margin)
+        return Decision("pass", f"the 95% CI [{lo:.3g}, {hi:.3g}] lies below the budget {budget:.3g}x (shown safe)",
+                        margin)
     if status == "not_reached":
-        return Decision("inconclusive", f"the CI [{lo:.3g}, {hi:.3g}] reaches past {budget:.3g}x, the highest "
-                                        "level calibrated (every level stayed within tolerance); extend the "
-                                        "calibration's ladder", margin)
+        where = "lies above" if lo > budget else "reaches past"
+        return Decision("not_shown_safe" if lo > budget else "inconclusive",
+                        f"the 95% CI [{lo:.3g}, {hi:.3g}] {where} {budget:.3g}x, the highest level calibrated "
+                        "(every level stayed within tolerance, none was shown to hurt); extend the calibration's "
+                        "ladder", margin)
     if lo > budget:
-        return Decision("fail", f"the 95% CI [{lo:.3g}, {hi:.3g}] lies above the budget {budget:.3g}x", margin)
+        return Decision("not_shown_safe", f"the 95% CI [{lo:.3g}, {hi:.3g}] lies above the budget {budget:.3g}x, "
+                                          f"but {_harm_words(harmful, hi)}", margin)
     return Decision("inconclusive", f"the 95% CI [{lo:.3g}, {hi:.3g}] contains the budget {budget:.3g}x", margin,
                     prompts_to_decide(multiple, (lo, hi), budget, prompts))
+
+
+def _ends(ci: Sequence[float | None] | None) -> tuple[float, float] | None:
+    """A CI's two ends, or None where it has none (or an unbounded end)."""
+    if ci is None or len(ci) != 2 or ci[0] is None or ci[1] is None:
+        return None
+    return float(ci[0]), float(ci[1])
+
+
+def _harm_words(harmful: float | None, hi: float | None = None) -> str:
+    if harmful is None:
+        return "no calibrated level was shown to hurt (its drop wholly beyond the tolerance)"
+    if hi is not None and hi >= harmful:
+        return f"not wholly above {harmful:.3g}x, the first level shown to hurt"
+    return f"below {harmful:.3g}x, the first level shown to hurt"
 
 
 def prompts_to_decide(multiple: float, ci: tuple[float, float], budget: float, prompts: int) -> int | None:
@@ -112,5 +157,6 @@ def prompts_to_decide(multiple: float, ci: tuple[float, float], budget: float, p
     return max(prompts + 1, math.ceil(prompts * (half / gap) ** 2))
 
 
-__all__ = ["CI_AGAINST_BUDGET", "OVER_FOR_CONSECUTIVE_STEPS", "RULES", "BudgetStatus", "Decision", "Verdict",
+__all__ = ["CI_AGAINST_BUDGET", "OVER_FOR_CONSECUTIVE_STEPS", "RULES", "VERDICT_WORDS", "BudgetStatus", "Decision",
+           "Verdict", "in_words",
            "budget_at", "decide", "prompts_to_decide"]

@@ -33,3 +33,9 @@ def budget_text(record) -> str:
     """A budget (a stored budget, or a budget spec's dict) with its status: ``≥ 1,050× (not reached)``."""
     get = record.get if isinstance(record, dict) else lambda name: getattr(record, name, None)
     return numbers.budget(get("budget"), get("status"))
+
+
+@register.simple_tag
+def budget_of(value, status) -> str:
+    """A budget from its value and status (the paper's criterion beside the stored strict one)."""
+    return numbers.budget(value, status)

@@ -79,6 +79,9 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
         "absolute_budget": spec.absolute_budget,
         "kv_capacity_gain": report.kv_cache.capacity_ratio,
     }
+    undecided = to_decide(decided_on, decision, report, spec)
+    if undecided is not None:
+        result["to_decide"] = undecided
     result["calibrated_with"] = spec.calibrated_with
     warnings = transfer_warnings(spec, cfg.rollout.mismatch_sources)
     if warnings:
@@ -104,7 +107,8 @@ def judge(report: MismatchReport, spec: BudgetSpec) -> tuple[str, Decision]:
     the budget's absolute value, when the budget recorded its unit (else inconclusive, saying
     why)."""
     if not unit_vanished(report):
-        return "multiple", decide(report.multiple, report.multiple_ci, spec.budget, spec.status, report.prompts)
+        return "multiple", decide(report.multiple, report.multiple_ci, spec.budget, spec.status, report.prompts,
+                                  spec.harmful)
     absolute = spec.absolute_budget
     vanished = (f"this check's unit ({report.unit.pair}) measured {report.metric} = {report.reference_value:.2g}, "
                 "which cannot be told from zero, so the multiple is undefined")
@@ -112,11 +116,24 @@ def judge(report: MismatchReport, spec: BudgetSpec) -> tuple[str, Decision]:
         return "absolute", Decision("inconclusive", f"{vanished}, and the budget records no unit value to judge the "
                                                     f"absolute {report.metric} against; calibrate in a pair whose unit "
                                                     "is not zero (vllm engine, or an fp32 trainer)", None)
-    d = decide(report.value, report.value_ci, absolute, spec.status, report.prompts)
+    harmful = spec.harmful * spec.reference_value if spec.harmful and spec.reference_value else None
+    d = decide(report.value, report.value_ci, absolute, spec.status, report.prompts, harmful)
     return "absolute", Decision(d.verdict, f"{vanished}; decided on the absolute {report.metric} "
                                            f"{report.value:.3g} against the budget's {absolute:.3g} "
                                            f"({spec.budget:.3g}x its unit's {spec.reference_value:.3g}): {d.reason}",
                                 d.margin, d.prompts_to_decide)
+
+
+def to_decide(decided_on: str, decision: Decision, report: MismatchReport, spec: BudgetSpec) -> dict | None:
+    """Where a check is not shown safe, the calibration that would decide it: more seeds at
+    the levels that ended the budget below its CI's upper end, or a level there."""
+    if decision.verdict != "not_shown_safe" or decided_on != "multiple" or not report.multiple_ci:
+        return None
+    undecided = spec.to_decide(report.multiple_ci[1])
+    if undecided is None:
+        return None
+    return {"words": undecided.words(), "command": undecided.command(), "levels": list(undecided.levels),
+            "max_seeds": undecided.max_seeds}
 
 
 def transfer_warnings(spec: BudgetSpec, sources: tuple[str, ...]) -> list[str]:

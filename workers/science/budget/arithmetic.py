@@ -163,19 +163,23 @@ def find_budget(baseline: Sequence[float], levels: Sequence[Level], tolerance_po
         judged.append(LevelJudgement(lv.target, lv.multiple, lv.multiple_ci, dict(lv.setting), tuple(lv.accuracies),
                                      mean(lv.accuracies), sample_sd(lv.accuracies), drop, (low, high),
                                      judge_drop(low, high, tolerance_points)))
-    first_out = next((i for i, j in enumerate(judged) if not j.within), None)
-    status: BudgetStatus
-    value: float | None
-    bracket: tuple[float | None, float | None]
-    if first_out is None:
-        status, value, bracket = "not_reached", judged[-1].multiple, (judged[-1].multiple, None)
-    elif first_out == 0:
-        status, value, bracket = "below_ladder", None, (None, judged[0].multiple)
-    else:
-        status, value = "reached", judged[first_out - 1].multiple
-        bracket = (value, judged[first_out].multiple)
+    value, status, bracket = budget_of_ladder([(j.multiple, j.within) for j in judged])
     return Budget(value, status, bracket, mean(baseline), sample_sd(baseline), tolerance_points, confidence,
                   tuple(judged))
+
+
+def budget_of_ladder(passes: Sequence[tuple[float, bool]]) -> tuple[float | None, BudgetStatus,
+                                                                       tuple[float | None, float | None]]:
+    """The budget, its status and its bracket from ``(multiple, passes)`` per level, sorted by
+    multiple: the highest level such that it and every level below it pass (the first level
+    that does not pass ends it)."""
+    first_out = next((i for i, (_, ok) in enumerate(passes) if not ok), None)
+    if first_out is None:
+        return passes[-1][0], "not_reached", (passes[-1][0], None)
+    if first_out == 0:
+        return None, "below_ladder", (None, passes[0][0])
+    value = passes[first_out - 1][0]
+    return value, "reached", (value, passes[first_out][0])
 
 
 def bisect_target(bracket: tuple[float | None, float | None], resolution: float) -> float | None:

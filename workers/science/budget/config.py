@@ -16,6 +16,8 @@ from ..config import MetricName, MismatchJobConfig, RolloutConfig, TrainerDtype,
 from ..results import unit_pair
 from ..training.config import TrainJobConfig
 from ..verdicts import BudgetStatus
+from .arithmetic import Judgement
+from .zones import Criterion, ToDecide, budget_under, first_harmful, to_decide
 
 MAX_LEVELS = 16
 MAX_TRANSFER_SOURCES = 8
@@ -214,10 +216,58 @@ class BudgetFields(_Strict):
         return calibration_source_in_words(self.source)
 
 
+class LadderRung(_Strict):
+    """One judged level of the calibration's ladder, as an admission check needs it to place a
+    multiple in the calibration's zones (:mod:`.zones`)."""
+
+    target: float
+    multiple: float
+    seeds: int = Field(..., ge=0)
+    drop_points: float
+    within: bool = Field(..., description="Within under the strict rule (or, calibrated before it, the old one).")
+    judgement: Judgement | None = Field(None, description="within, inconclusive or beyond (None: calibrated "
+                                                          "before levels were judged on their drop's interval).")
+
+    @classmethod
+    def of_curve(cls, level: dict[str, Any]) -> "LadderRung":
+        """The rung of a stored curve level (``CurveLevel``'s JSON)."""
+        return cls(target=level["target"], multiple=level["multiple"], seeds=len(level["accuracies"]),
+                   drop_points=level["drop_points"], within=level["within"], judgement=level.get("judgement"))
+
+
 class BudgetSpec(BudgetFields):
-    """A calibrated budget, as an admission check needs it."""
+    """A calibrated budget, as an admission check needs it: the budget under the criterion
+    its team chose (``budget`` and ``status``), and the judged ladder that places a multiple
+    above it (not shown safe, or shown harmful: :mod:`.zones`)."""
 
     id: int | None = Field(None, description="The stored budget's id (set by the product).")
+    criterion: Criterion = Field("strict", description="The criterion budget and status are under: strict (the "
+                                                       "upper end of the drop's 95 % interval) or mean (the "
+                                                       "paper's: the mean drop) at most the tolerance.")
+    ladder: list[LadderRung] = Field(default_factory=list, max_length=4 * MAX_LEVELS,
+                                     description="The calibration's judged levels (empty: a spec from before the "
+                                                 "zones; then nothing is shown harmful).")
+
+    @property
+    def harmful(self) -> float | None:
+        """Where the shown-harmful zone starts: the first level whose drop lay wholly beyond
+        the tolerance (None: not shown)."""
+        return first_harmful(self.ladder)
+
+    def under(self, criterion: Criterion) -> tuple[float | None, BudgetStatus]:
+        """The budget and its status under ``criterion``, from the ladder (the spec's own
+        where it has no ladder)."""
+        if not self.ladder or criterion == self.criterion:
+            return self.budget, self.status
+        budget, status, _ = budget_under(self.ladder, criterion, self.tolerance)
+        return budget, status
+
+    def to_decide(self, up_to: float | None = None) -> ToDecide | None:
+        """What calibration would decide the multiples up to ``up_to`` (default: the zone above
+        the budget); None where nothing there is undecided or the spec has no ladder."""
+        if not self.ladder:
+            return None
+        return to_decide(self.ladder, self.budget, self.harmful, up_to)
 
 
 class AdmissionJobConfig(MismatchJobConfig):

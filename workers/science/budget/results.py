@@ -13,7 +13,8 @@ from typing import Any, ClassVar, Literal
 from ..results import CI, JobResult, MismatchReport, UnitOfMultiple
 from ..verdicts import BudgetStatus, Verdict
 from .arithmetic import Agreement, Judgement
-from .config import BudgetFields, BudgetSpec
+from .config import BudgetFields, BudgetSpec, LadderRung
+from .zones import CurveReading, read_curve
 
 #: A calibration's outcome: a budget's status, or ``uninformative`` (no budget: the baseline
 #: did not learn, so no drop could be told from no learning).
@@ -118,6 +119,11 @@ class CalibratedBudget(BudgetFields):
     rule: str
     transfer: list[TransferRow] = []
 
+    def reading(self) -> CurveReading:
+        """What its curve shows: both criteria's budgets, the harmful zone, what would decide
+        the zone between (:mod:`.zones`)."""
+        return read_curve([LadderRung.of_curve(c.model_dump(mode="json")) for c in self.curve], self.tolerance)
+
 
 class Learned(JobResult):
     """What the BF16 baseline learned over the starting checkpoint (:class:`~.arithmetic.Learning`)."""
@@ -155,12 +161,22 @@ class CalibrationResult(CalibratedBudget, JobResult):
         return self.status != "uninformative"
 
 
+class ToDecideCalibration(JobResult):
+    """The calibration that would decide a check that is not shown safe (:class:`~.zones.ToDecide`):
+    in words, as a command, and the levels and seed cap a re-run of the calibration takes."""
+
+    words: str
+    command: str
+    levels: list[float]
+    max_seeds: int
+
+
 class AdmissionVerdict(MismatchReport):
     """The ``admission`` job: the mismatch report of the config, judged against a budget."""
 
     optional_keys: ClassVar[frozenset[str]] = MismatchReport.optional_keys | {
         "drift", "recipe", "recipe_candidates", "pareto_front", "recipe_margin", "layers", "recipe_skipped",
-        "calibrated_with", "transfer_warnings", "absolute_budget"}
+        "calibrated_with", "transfer_warnings", "absolute_budget", "to_decide"}
 
     budget: BudgetSpec
     verdict: Verdict
@@ -181,7 +197,8 @@ class AdmissionVerdict(MismatchReport):
     decided_on: Literal["multiple", "absolute"] = "multiple"  # absolute: the unit measured zero
     absolute_budget: float | None = None  # the budget in the metric's units (multiple x the unit at calibration)
     transfer_warnings: list[str] | None = None  # the config's sources never shown to transfer to the budget
+    to_decide: ToDecideCalibration | None = None  # not shown safe: the calibration that would decide it
 
 
 __all__ = ["AdmissionVerdict", "Baseline", "CalibratedBudget", "CalibrationResult", "CalibrationStatus", "CurveLevel",
-           "Learned", "NoiseAtMatch", "NoiseSolveResult", "NoiseTrial", "TransferRow"]
+           "Learned", "NoiseAtMatch", "NoiseSolveResult", "NoiseTrial", "ToDecideCalibration", "TransferRow"]

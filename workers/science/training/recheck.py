@@ -8,7 +8,8 @@ their k3 is the multiple, with a paired bootstrap CI over the prompts (the BF16 
 re-measured each time: it moves with the weights too).  The verdict is the admission's own
 rule (:data:`~workers.science.verdicts.CI_AGAINST_BUDGET`) against the budget at the
 step (:func:`~workers.science.verdicts.budget_at`): the run leaves its budget at the
-first evaluation whose CI lies wholly above it.
+first evaluation whose CI lies wholly above it (verdict ``not_shown_safe``: the budgets over
+training carry no harmful level, so nothing there is called shown harmful).
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from ..verdicts import CI_AGAINST_BUDGET, budget_at, decide
 
 log = logging.getLogger(__name__)
 
+#: The verdicts of a CI wholly above the budget: the run left the shown-safe zone (the
+#: re-check knows no harmful level, so it says ``not_shown_safe`` there, not ``fail``).
+LEFT = ("not_shown_safe", "fail")
 #: Bootstrap resamples of the re-check's CI (the admission check's default).
 BOOTSTRAP = 1000
 
@@ -55,7 +59,7 @@ class AdmissionRecheck:
             values["admission/within_budget"] = float(verdict == "pass")
             values["admission/budget"] = budget
         self.trainer.reporter.log(step, values)
-        if verdict == "fail" and self.left_at is None:
+        if verdict in LEFT and self.left_at is None:
             self.left_at = step
             log.warning("admission: at step %d the rollout config left the budget %.3gx: %s",
                         step, budget, decision.reason if decision else "")
