@@ -26,7 +26,7 @@ made and dropped here:
   places: opdweb ``/api/jobs/{id}/series/downsampled`` (1,000 min/max/last buckets);
   MLflow's sampled ``/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval``
   (``max_results=1000``, what its UI asks); requests interleaved on one keep-alive
-  connection per server.
+  connection per server (opened again where the server closed it while idle).
 """
 from __future__ import annotations
 
