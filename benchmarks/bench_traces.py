@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -55,9 +54,10 @@ def columns(keys: int = KEYS, steps: int = STEPS) -> np.ndarray:
 
 def follow(job_id: int) -> None:
     """The viewer's process: join the job's group on a channel of its own, as daphne does for
-    a websocket client, say so on stdout, then take every message until terminated.  (The
-    Redis pub/sub layer keeps channels per event loop, so channel and group must be made on
-    the loop that reads them.)"""
+    a websocket client, say so on stdout, then take every message until killed (SIGTERM's
+    default: Redis drops the subscription with the connection).  (The Redis pub/sub layer
+    keeps channels per event loop, so channel and group must be made on the loop that reads
+    them.)"""
     from channels.layers import get_channel_layer
 
     from opdweb.jobs import live
@@ -70,22 +70,20 @@ def follow(job_id: int) -> None:
         while True:
             await layer.receive(channel)
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     asyncio.run(run())
 
 
 @contextlib.contextmanager
 def viewer(job_id: int):
     """A process following the job's group (``follow``) while the block runs."""
-    proc = subprocess.Popen([sys.executable, __file__, "--follow", str(job_id)], env=child_env(), cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        if proc.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"the viewer did not join job {job_id}'s group (exit {proc.wait()})")
-        yield
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with subprocess.Popen([sys.executable, __file__, "--follow", str(job_id)], env=child_env(), cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True) as proc:  # leaving it waits for the process
+        try:
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the viewer did not join job {job_id}'s group (exit {proc.wait()})")
+            yield
+        finally:
+            proc.terminate()
 
 
 def bench_sink(team, publish: bool, keys: int = KEYS, steps: int = STEPS):
