@@ -100,8 +100,9 @@ SMOKE: dict[str, Smoke] = {
 NOT_SMOKED = {
     "gpu_check.sh": "needs CUDA (nvidia-smi)",
     "gpu_real_calibration.sh": "hours on a CUDA host (a real model's calibration sweep)",
-    "gpu_check.py": "its CPU dry run (--device cpu --tiny --size test, 8 prompts) took 181 s on a busy 2-core "
-                    "machine, most of it the tiny model's 151,936-token vocabulary: over a smoke's budget",
+    "gpu_check.py": "its smallest CPU dry run (--device cpu --tiny --size test, 8 prompts of 4 tokens) took 72 s "
+                    "at load 2 and 181 s at load 8 on 2 cores, mostly the tiny model's 151,936-token vocabulary: "
+                    "over a smoke's budget (the whole module is about 3 min)",
     "reproduce_budget.py": "TODO: it builds the demo toy pair whatever --toy says (minutes of training on a CPU; "
                            "the size is fixed in its code, which is being changed elsewhere), then calibrates on "
                            "3+ Celery workers; a smoke needs a toy-size flag",
