@@ -150,15 +150,14 @@ def null_server():
 
 
 @contextlib.contextmanager
-def mlflows_own_server(python: str | None):
-    """``mlflow server`` on a database of its own on this PostgreSQL; yields (URL, database),
-    or None without an MLflow environment."""
+def mlflows_own_server(python: str | None, name: str):
+    """``mlflow server`` on a database of its own (``name``) on this PostgreSQL; yields (URL,
+    database), or None without an MLflow environment."""
     from bench_vs_mlflow import mlflow_database, mlflow_server, mlflow_version
 
     if mlflow_version(python) is None:
         yield None
         return
-    name = "opdweb_bench_ingest_mlflow"
     with mlflow_database(name) as uri, tempfile.TemporaryDirectory() as workdir, \
             mlflow_server(python, uri, Path(workdir)) as host:
         yield f"http://{host}", name
@@ -177,7 +176,7 @@ def main() -> int:
     started = time.monotonic()
     shape = [str(args.keys), str(args.steps)]
     with bench_database(args.database), daphne() as host, null_server() as null_url, \
-            mlflows_own_server(args.mlflow_python) as theirs:
+            mlflows_own_server(args.mlflow_python, f"{args.database}_mlflow") as theirs:
         team, user, _ = team_and_user()
         from opdweb.jobs.models import Job
         from opdweb.tokens.actions import do_create_token

@@ -23,7 +23,9 @@ from harness import bench_database, daphne, load, make_job, percentile, team_and
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-sync"]
-FIRST_CHART = "document.querySelector('#charts .chart .scatterlayer .trace path.js-line')"
+# Predicates are functions, never bare expressions: Playwright evaluates an expression with
+# eval, which the page's CSP (no 'unsafe-eval') refuses.
+FIRST_CHART = "() => document.querySelector('#charts .chart .scatterlayer .trace path.js-line')"
 
 
 def ingest(team, keys: int, steps: int):
@@ -65,7 +67,7 @@ def measure(page, url: str, keys: int) -> tuple[float, float, int, dict]:
     page.wait_for_function(FIRST_CHART, polling="raf", timeout=60_000)
     first = page.evaluate("performance.now()")
     stages = page.evaluate(BREAKDOWN)
-    page.wait_for_function(f"Array.from(document.querySelectorAll('#charts .chart'))"
+    page.wait_for_function(f"() => Array.from(document.querySelectorAll('#charts .chart'))"
                            f".filter(d => d.querySelector('.scatterlayer path.js-line')).length >= {keys}",
                            polling="raf", timeout=60_000)
     every = page.evaluate("performance.now()")

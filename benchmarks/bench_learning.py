@@ -68,7 +68,7 @@ def run_once(spec: dict, seed: int, args) -> dict:
     trainer = trainer_for(training_config(values), budget)
     try:
         report = trainer.train()
-        start, end = report["start_accuracy"], report["final_accuracy"]
+        start, end = report.start_accuracy, report.final_accuracy
     except Cancelled:
         start, end = trainer.evals[0][1], trainer._evaluate(trainer.step)
     multiple = statistics.median(budget.multiples) if budget.multiples else None

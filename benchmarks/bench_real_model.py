@@ -91,7 +91,7 @@ def bench_model(name: str, model: str, args) -> dict:
     vllm = " | of the vLLM BF16 unit | 95 % CI" if args.vllm_unit else ""
     print(f"| measurement | multiple of the hf BF16 unit | 95 % CI{vllm} | tokens | KV bytes/token vs BF16 | wall |")
     print("|---|---|---|" + ("---|---|" if args.vllm_unit else "") + "---|---|---|")
-    for row, config in ([] if args.skip_ladder else LADDER):
+    for row, config in ([] if args.skip_ladder else LADDER[:args.ladder_rows]):
         result, wall, error = run(["mismatch"], config, [*common, "--target-ci", "0",
                                                          *(["--compare-units"] if args.vllm_unit else [])])
         entry = {"row": row, "config": config, "wall_s": round(wall, 1), "error": error}
@@ -190,6 +190,7 @@ def main() -> int:
     parser.add_argument("--gemma3", action="store_true",
                         help="install (make gemma: Gemma Terms of Use), import and measure Gemma 3 270M too")
     parser.add_argument("--skip-ladder", action="store_true", help="the scans and the drift only")
+    parser.add_argument("--ladder-rows", type=int, default=len(LADDER), help="the ladder's first N rows only")
     parser.add_argument("--out", default="var/bench-real-model/result.json")
     args = parser.parse_args()
     models = args.model or ["toy=var/toy/test/student", "smollm2=var/models/smollm2-135m-instruct"]

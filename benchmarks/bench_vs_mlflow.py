@@ -26,7 +26,7 @@ made and dropped here:
   places: opdweb ``/api/jobs/{id}/series/downsampled`` (1,000 min/max/last buckets);
   MLflow's sampled ``/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval``
   (``max_results=1000``, what its UI asks); requests interleaved on one keep-alive
-  connection per server.
+  connection per server (opened again where the server closed it while idle).
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ import numpy as np
 from bench_reads import loss_curve, windows  # noqa: E402  (after harness: Django is set up)
 from bench_reads import url as downsampled_url  # noqa: E402
 from bench_traces import WALL0, bench_sink, columns  # noqa: E402
-from harness import bench_database, daphne, database_url, load, percentile, team_and_user
+from harness import bench_database, daphne, database_url, http_get, load, percentile, team_and_user
 
 SIDE = Path(__file__).resolve().parent / "mlflow_side.py"
 NOT_AVAILABLE = 2
@@ -122,15 +122,6 @@ def healthy(host: str) -> bool:
         return False
 
 
-def get(conn: http.client.HTTPConnection, path: str, headers: dict) -> bytes:
-    conn.request("GET", path, headers=headers)
-    response = conn.getresponse()
-    body = response.read()
-    if response.status != 200:
-        raise RuntimeError(f"GET {path}: {response.status} {body[:300]!r}")
-    return body
-
-
 def points_file(workdir: Path, name: str, keys: list[str], values: np.ndarray) -> str:
     path = workdir / f"{name}.npz"
     np.savez(path, keys=np.asarray(keys), steps=np.arange(values.shape[1], dtype=np.int64), values=values,
@@ -196,11 +187,11 @@ def main() -> int:
             auth = {"Cookie": cookie}
 
             def export_opdweb() -> int:
-                text = get(opdweb, f"/api/jobs/{job.pk}/export?format=csv", auth).decode()
+                text = http_get(opdweb, f"/api/jobs/{job.pk}/export?format=csv", auth).decode()
                 return sum(1 for _ in csv.reader(io.StringIO(text))) - 1
 
             def export_mlflow() -> int:
-                return sum(len(json.loads(get(mlflow, "/api/2.0/mlflow/metrics/get-history?"
+                return sum(len(json.loads(http_get(mlflow, "/api/2.0/mlflow/metrics/get-history?"
                                               + urlencode({"run_id": run_id, "metric_key": key}), {}))["metrics"])
                            for key in names)
 
@@ -229,7 +220,7 @@ def main() -> int:
                     for store, conn, path, headers in (("opdweb", opdweb, downsampled_url(read_job.pk, lo, hi), auth),
                                                        ("mlflow", mlflow, sampled(lo, hi), {})):
                         t = time.perf_counter()
-                        json.loads(get(conn, path, headers))
+                        json.loads(http_get(conn, path, headers))
                         if i >= 3:  # three warm-ups
                             times[store].append(time.perf_counter() - t)
                 reads[kind] = times

@@ -1,9 +1,11 @@
 """What the trace benchmarks share: Django set up on a throwaway database made and dropped
 here (``--database``, default ``opdweb_bench``; never the test suite's), a team with a
-logged-in user, a real daphne serving the app on that database, percentiles."""
+logged-in user, a real daphne serving the app on that database, GETs on a keep-alive
+connection, percentiles."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import subprocess
 import sys
@@ -102,6 +104,25 @@ def daphne():
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+def http_get(conn: http.client.HTTPConnection, path: str, headers: dict) -> bytes:
+    """GET ``path`` on a keep-alive connection; the body of a 200, else RuntimeError.  A server
+    closes a connection left idle (daphne after 60 s, while the other store is measured): the
+    request then finds it closed, and is sent once more on a new one."""
+    for attempt in (1, 2):
+        try:
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            body = response.read()
+            break
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            conn.close()  # the next request opens a new connection
+            if attempt == 2:
+                raise
+    if response.status != 200:
+        raise RuntimeError(f"GET {path}: {response.status} {body[:300]!r}")
+    return body
 
 
 def load() -> str:
