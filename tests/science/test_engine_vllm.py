@@ -10,8 +10,10 @@ from workers.science.engines.vllm_engine import vllm_unsupported
 def session(student):
     from workers.science.measurement import MeasurementSession
 
+    # An fp32 trainer, named: the default pair against vLLM is a BF16 trainer, against which the hf BF16
+    # engine (measured here too) is the trainer's own arithmetic, a unit of zero on a CPU.
     job = MismatchJobConfig(model=student, rollout=RolloutConfig(engine="vllm"), prompts=64, device="cpu",
-                            bootstrap=200)
+                            bootstrap=200, trainer_dtype="fp32")
     return MeasurementSession(job)
 
 
