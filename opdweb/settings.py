@@ -101,15 +101,17 @@ DATABASES["default"]["HOST"] = unquote(DATABASES["default"]["HOST"])
 # Health checks: a connection is tested before use (handed out by the pool, or reused),
 # so a database restart costs no request.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-# A database that does not answer costs a request at most this long, then a 503 (with
-# Retry-After), not a hang: the connect timeout, and under ASGI the pool's wait for a
-# connection (which its workers are still trying to open) too.
+# A database that does not answer costs a request the connect timeout, then a 503 (with
+# Retry-After), not a hang.  Under ASGI the pool waits 2 s longer for a connection: when
+# PostgreSQL drops every pooled connection (a restart), refilling the pool took over 3 s in
+# 1 of 3 runs of test_database_pool.py, and a 503 after a restart costs more than 2 s of an
+# outage's answer.
 DB_CONNECT_TIMEOUT_S = env.int("DB_CONNECT_TIMEOUT_S", default=3)
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = DB_CONNECT_TIMEOUT_S
 if env.bool("OPDWEB_DB_POOL", default=False):
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 16,
-                                                                  "timeout": DB_CONNECT_TIMEOUT_S}
+                                                                  "timeout": DB_CONNECT_TIMEOUT_S + 2}
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -169,8 +169,9 @@ def test_with_the_database_unreachable_every_answer_is_a_quick_503(start_asgi_se
 
 def test_a_silent_database_costs_a_request_the_connect_timeout_then_a_503_with_retry_after(start_asgi_server):
     """A database host that takes the TCP connection and never answers (a hung server, a
-    black-holed route): each answer within ``DB_CONNECT_TIMEOUT_S`` plus the time to answer,
-    not the pool's longer wait; every 503 says when to try again."""
+    black-holed route): each answer within the pool's wait (``DB_CONNECT_TIMEOUT_S`` + 2 s,
+    the margin a pool refill after a restart needs) plus the time to answer, never a hang;
+    every 503 says when to try again."""
     import http.client
     import json as json_lib
     import socket
@@ -192,8 +193,7 @@ def test_a_silent_database_costs_a_request_the_connect_timeout_then_a_503_with_r
             body, took = response.read().decode(), time_lib.monotonic() - started
             assert response.status == 503, (path, response.status, body[:300])
             assert response.getheader("Retry-After") == "5", path
-            # The pool waited DB_CONNECT_TIMEOUT_S + 2 before: 4 s here.
-            assert took < timeout_s + 1.5, (path, took)
+            assert took < timeout_s + 2 + 1.5, (path, took)
             if path.startswith("/mlflow/"):
                 assert json_lib.loads(body)["error_code"] == "TEMPORARILY_UNAVAILABLE"
 
