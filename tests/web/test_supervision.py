@@ -32,8 +32,11 @@ def gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     # A zombie still answers kill(0); it is gone once its state says so.
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(")")[1].split()[0] == "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[1].split()[0] == "Z"
+    except FileNotFoundError:  # reaped between the two looks
+        return True
 
 
 @pytest.fixture
