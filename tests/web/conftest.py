@@ -230,6 +230,22 @@ def member(db):
 
 
 @pytest.fixture
+def tracking(member):
+    """The MLflow endpoints as a trainer reaches them, with a write token of ``member``'s team."""
+    from opdweb.tokens.actions import do_create_token
+    from tests.web.test_mlflow_endpoints import Tracking
+
+    user, team = member
+    return Tracking(do_create_token(user=user, team=team, name="trainer", can_write=True)[1])
+
+
+@pytest.fixture
+def run_id(tracking):
+    """An MLflow run started through ``tracking``."""
+    return tracking.start_run(run_name="r1")
+
+
+@pytest.fixture
 def outsider(db):
     """A user in another team."""
     return MembershipFactory(team=TeamFactory()).user

@@ -12,24 +12,12 @@ import numpy as np
 import pytest
 from django.db import connection, transaction
 
-from opdweb.tokens.actions import do_create_token
 from opdweb.traces.batches import write_points
 from tests.web.factories import JobFactory
-from tests.web.test_mlflow_endpoints import Tracking, metric
+from tests.web.test_mlflow_endpoints import metric
 from tests.web.test_run_points import key, log
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def tracking(member):
-    user, team = member
-    return Tracking(do_create_token(user=user, team=team, name="trainer", can_write=True)[1])
-
-
-@pytest.fixture
-def run_id(tracking):
-    return tracking.start_run(run_name="r1")
 
 
 def commit_setting() -> str:

@@ -11,23 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opdweb.runs.mlflow_views import ENDPOINTS
-from opdweb.tokens.actions import do_create_token
-from tests.web.test_mlflow_endpoints import Tracking, assert_refused, job_of, points
+from tests.web.test_mlflow_endpoints import assert_refused, job_of, points
 
 pytestmark = pytest.mark.django_db
 
 SURROGATE = '"a\\ud800b"'  # as JSON spells it: json.dumps would escape the backslash
-
-
-@pytest.fixture
-def tracking(member):
-    user, team = member
-    return Tracking(do_create_token(user=user, team=team, name="trainer", can_write=True)[1])
-
-
-@pytest.fixture
-def run_id(tracking):
-    return tracking.start_run(run_name="r1")
 
 
 def unchanged(tracking, run_id):

@@ -58,17 +58,6 @@ def job_of(run_id: str) -> Job:
     return MlflowRun.objects.get(run_id=run_id).job
 
 
-@pytest.fixture
-def tracking(member):
-    user, team = member
-    return Tracking(do_create_token(user=user, team=team, name="trainer", can_write=True)[1])
-
-
-@pytest.fixture
-def run_id(tracking):
-    return tracking.start_run(run_name="r1")
-
-
 def assert_refused(response, status: int, code: str, words: str):
     assert response.status_code == status, response.content
     body = response.json()

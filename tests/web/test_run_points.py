@@ -22,17 +22,6 @@ from tests.web.test_mlflow_endpoints import Tracking, metric, points
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def tracking(member):
-    user, team = member
-    return Tracking(do_create_token(user=user, team=team, name="trainer", can_write=True)[1])
-
-
-@pytest.fixture
-def run_id(tracking):
-    return tracking.start_run(run_name="r1")
-
-
 def log(tracking, run_id: str, series, secret: str | None = None, client: Client | None = None):
     raw = series if isinstance(series, (str, bytes)) else json.dumps({"series": series})
     headers = {} if client is not None else {"HTTP_AUTHORIZATION": f"Bearer {secret or tracking.secret}"}
