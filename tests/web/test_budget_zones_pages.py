@@ -10,6 +10,7 @@ from opdweb.jobs.runner import record_outcome
 from opdweb.teams.models import AuditEntry, Role
 from tests.web.factories import MembershipFactory
 from tests.web.results import admission_result, calibration_result
+from tests.web.test_budget_pages import client_page as page
 from workers.science.budget.config import BudgetSpec
 
 
@@ -35,13 +36,6 @@ def calibrated(team, user) -> MismatchBudget:
     result = calibration_result("/models/student", 9.1, curve=CURVE, bracket=[9.1, 30.0], confidence=0.95)
     assert record_outcome(job, JobState.SUCCEEDED, {"result": result})
     return MismatchBudget.objects.select_related("team").get(calibration_job=job)
-
-
-def page(client, user, url: str) -> str:
-    client.force_login(user)
-    response = client.get(url)
-    assert response.status_code == 200
-    return response.content.decode()
 
 
 def test_it_shows_the_three_zones_and_both_criteria_with_what_would_decide(member, client):
