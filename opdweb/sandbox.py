@@ -22,6 +22,7 @@ from django.conf import settings
 from pydantic import BaseModel
 
 from opdweb.refusals import Refused
+from workers.science.checkpoints import uri as checkpoint_uri
 
 # org/name as the Hugging Face hub spells a repository.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -62,7 +63,30 @@ def _resolve_path(value: str, roots: list[Path], what: str) -> Path:
     raise OutsideSandbox(f"{value!r} does not exist under the {what} roots ({listed})")
 
 
+def confine_uri(value: str) -> str:
+    """An ``s3://`` checkpoint reference, normalised, inside a prefix of
+    ``OPDWEB_CHECKPOINT_URIS`` (whole path segments: ``s3://b/team`` does not admit
+    ``s3://b/team-other``; ``..`` is refused before any comparison)."""
+    try:
+        uri = checkpoint_uri.parse(value)
+        allowed = [checkpoint_uri.parse(prefix) for prefix in settings.OPDWEB_CHECKPOINT_URIS]
+    except checkpoint_uri.BadURI as exc:
+        raise OutsideSandbox(str(exc)) from None
+    if not any(prefix.contains(uri) for prefix in allowed):
+        listed = ", ".join(str(p) for p in allowed) or "none configured (OPDWEB_CHECKPOINT_URIS)"
+        raise OutsideSandbox(f"{value!r} is outside the checkpoint stores ({listed})")
+    if not uri.path:
+        raise OutsideSandbox(f"{value!r} names a whole bucket; name the checkpoint's prefix in it")
+    return str(uri)
+
+
 def confine_model(value: str) -> str:
+    """A checkpoint reference inside the sandbox: an ``s3://`` URI under an allowed prefix
+    (the worker fetches it), a checkpoint folder under the model roots (its real path), or a
+    hub id where allowed.  Nothing here opens a file: existence and ``config.json`` are
+    looked up, the content is read by a worker (the ``describe`` job)."""
+    if checkpoint_uri.is_remote(value):
+        return confine_uri(value)
     given = Path(value)
     if _HUB_ID.match(value) and not any((root / given).exists() for root in settings.OPDWEB_MODEL_ROOTS):
         if settings.OPDWEB_ALLOW_HUB:

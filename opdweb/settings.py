@@ -29,6 +29,12 @@ OPDWEB_MODEL_ROOTS = [Path(p) for p in env.list("OPDWEB_MODEL_ROOTS",
                                                 default=[str(DATA_DIR / "models"), str(DATA_DIR / "toy")])]
 OPDWEB_DATA_ROOTS = [Path(p) for p in env.list("OPDWEB_DATA_ROOTS", default=[str(DATA_DIR / "data")])]
 OPDWEB_ALLOW_HUB = env.bool("OPDWEB_ALLOW_HUB", default=False)
+# Checkpoints by URI (workers/science/checkpoints): the s3:// prefixes a config may name
+# (nothing outside them: no other bucket, no '..'), and each worker's local cache of what it
+# fetched from them, content-addressed and bounded (least recently used evicted first).
+OPDWEB_CHECKPOINT_URIS = env.list("OPDWEB_CHECKPOINT_URIS", default=[])
+OPDWEB_CHECKPOINT_CACHE = Path(env.str("OPDWEB_CHECKPOINT_CACHE", default=str(DATA_DIR / "cache" / "checkpoints")))
+OPDWEB_CHECKPOINT_CACHE_BYTES = env.int("OPDWEB_CHECKPOINT_CACHE_BYTES", default=100 * 2**30)
 REFERENCE_CACHE_DIR = DATA_DIR / "cache" / "bf16-references"
 RUNS_DIR = DATA_DIR / "runs"  # one directory per job for what it writes (training checkpoints)
 

@@ -4,12 +4,13 @@ recalibrated (a newer budget supersedes it) or the checkpoint's files change."""
 from __future__ import annotations
 
 from opdweb.approvals.models import ApprovalRequest, ApprovalState
-from workers.science.fingerprint import checkpoint_digest
+from opdweb.registry.descriptions import current_digest
 
 
 def current_checkpoint_hash(checkpoint: str) -> str | None:
-    """The checkpoint's content hash now (weights and config files), None if it is gone."""
-    return checkpoint_digest(checkpoint)
+    """The checkpoint's content hash (weights and config files) as a worker last read it
+    (the web process never reads weights); None when no worker has read it."""
+    return current_digest(checkpoint)
 
 
 def lapse_reason(approval: ApprovalRequest) -> str | None:

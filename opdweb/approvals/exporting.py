@@ -14,9 +14,10 @@ from opdweb.exports import render as render_export
 from opdweb.exports.quoting import UnrenderableValue
 from opdweb.exports.verification import check as check_export
 from opdweb.refusals import Refused
+from opdweb.registry.descriptions import facts_of as described_facts
 from opdweb.rollouts.evidence import verdict_of
 from opdweb.sandbox import OutsideSandbox, confine_model
-from workers.science.checkpoint_facts import CheckpointFacts, read_checkpoint_facts
+from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
 from workers.science.kv_scale_artifact import KvScaleArtifact, NoScales, build_artifact
 from workers.science.vllm_args import uses_scale_file
@@ -52,7 +53,7 @@ def kv_scale_artifact(approval) -> KvScaleArtifact | None:
 def deployment_facts(checkpoint: str, config: dict, admission_job) -> CheckpointFacts:
     """What the exports of ``config`` on ``checkpoint`` (resolved in the model roots) may rely
     on: the checkpoint's facts, and whether the admission check's KV scales ship with them."""
-    return replace(read_checkpoint_facts(checkpoint),
+    return replace(described_facts(checkpoint),
                    shipped_kv_scales=kv_scale_file(config, admission_job) is not None)
 
 

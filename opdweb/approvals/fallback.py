@@ -4,12 +4,9 @@ admission check of that engine on the checkpoint, whatever targets it named) and
 capacity each gives, so a team sees what deploying to that trainer would cost."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from opdweb.jobs.models import Job, JobState
+from opdweb.registry.descriptions import latest
 from opdweb.rollouts.canonical import canonical_rollout, config_hash, hash_of_rollout
-from opdweb.sandbox import OutsideSandbox, confine_model
 from workers.science.capacity import kv_capacity
 from workers.science.config import ConfigError, RolloutConfig
 from workers.science.kinds import Kind
@@ -39,12 +36,13 @@ def _kv_formats(config: RolloutConfig, n_layers: int) -> list[str | None]:
 def kv_capacities(checkpoint: str, admitted: RolloutConfig, fallback: RolloutConfig) -> dict | None:
     """KV tokens per byte against BF16's, of the admitted engine and of the fallback, from the
     checkpoint's config.json (None where it does not give the attention geometry)."""
+    described = latest(checkpoint)
     try:
-        model_config = json.loads((Path(confine_model(checkpoint)) / "config.json").read_text())
+        model_config = described.config_json if described is not None else {}
         n_layers = int(model_config["num_hidden_layers"])
         return {"admitted": kv_capacity(model_config, _kv_formats(admitted, n_layers))["capacity_ratio"],
                 "fallback": kv_capacity(model_config, _kv_formats(fallback, n_layers))["capacity_ratio"]}
-    except (OutsideSandbox, OSError, ValueError, KeyError, TypeError, ConfigError):
+    except (ValueError, KeyError, TypeError, ConfigError):
         return None
 
 

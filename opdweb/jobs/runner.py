@@ -19,6 +19,7 @@ from django.utils import timezone
 from pydantic import BaseModel
 
 from opdweb.jobs import live
+from opdweb.jobs.checkpoints import checked_out, named_by_uri
 from opdweb.jobs.models import TERMINAL_STATES, Job, JobLogEntry, JobState
 from opdweb.jobs.signals import job_succeeded
 from opdweb.refusals import Refused
@@ -201,12 +202,14 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
     sink = TraceSink(job.pk, publish=lambda messages: live.publish(job.pk, messages))
     reporter = JobReporter(job, sink, deadline)
     try:
-        config = kind.config.model_validate(confine(kind.config, job.config, product=product_values(job)))
-        log.info("job %s (%s) attempt %s started on %s", job.pk, job.kind, attempt, job.worker)
-        result = kind.run(config, reporter)
+        confined = confine(kind.config, job.config, product=product_values(job))
+        with checked_out(kind.config, confined, reporter) as (local, names):
+            config = kind.config.model_validate(local)
+            log.info("job %s (%s) attempt %s started on %s", job.pk, job.kind, attempt, job.worker)
+            result = kind.run(config, reporter)
         sink.close()
         log.info("job %s succeeded", job.pk)
-        state, outcome = JobState.SUCCEEDED, {"result": result.model_dump(mode="json")}
+        state, outcome = JobState.SUCCEEDED, {"result": named_by_uri(result.model_dump(mode="json"), names)}
     except Cancelled as exc:
         sink.close()
         if reporter.timed_out:

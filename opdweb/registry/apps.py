@@ -7,4 +7,4 @@ class RegistryConfig(AppConfig):
 
     def ready(self) -> None:
         # The job form offers the team's registered models where a config names a checkpoint.
-        from opdweb.registry import pickers  # noqa: F401
+        from opdweb.registry import descriptions, pickers  # noqa: F401 - the describe job's receiver

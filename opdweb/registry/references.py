@@ -7,10 +7,12 @@ from django.db.models import Q, QuerySet
 from opdweb.budgets.models import MismatchBudget
 from opdweb.jobs.models import Job
 from opdweb.registry.models import RegisteredModel
+from workers.science.kinds import Kind
 
 
 def jobs_using(model: RegisteredModel) -> QuerySet[Job]:
-    return Job.objects.filter(Q(config__model=model.path) | Q(config__teacher=model.path), team=model.team_id)
+    return (Job.objects.filter(Q(config__model=model.path) | Q(config__teacher=model.path), team=model.team_id)
+            .exclude(kind=Kind.DESCRIBE))  # reading it is not using it
 
 
 def budgets_of(model: RegisteredModel) -> QuerySet[MismatchBudget]:

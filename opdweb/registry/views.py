@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
 from opdweb.registry.access import visible_model
+from opdweb.registry.descriptions import latest, queue_describe
 from opdweb.registry.models import SUGGESTED_KINDS, RegisteredModel
 from opdweb.registry.references import budgets_of, is_referenced, jobs_using
 from opdweb.registry.registration import register_model
@@ -44,9 +45,25 @@ def model_list(request):
 def model_detail(request, model_id: int):
     model = visible_model(request.user, model_id)
     return render(request, "registry/detail.html", {
-        "model": model, "jobs": jobs_using(model).order_by("-created_at")[:200],
+        "model": model, "jobs": jobs_using(model).order_by("-created_at")[:200], "described": latest(model.path),
+        "can_read": role_in(request.user, model.team_id) >= Role.MEMBER,
         "budgets": budgets_of(model)[:200], "can_delete": role_in(request.user, model.team_id) >= Role.ADMIN,
     })
+
+
+@login_required
+@require_POST
+@answers_refusals
+def model_read_again(request, model_id: int):
+    """Queue a worker's describe job of the model: its digest and facts as the files are now
+    (an approval whose checkpoint changed lapses once this has read the new content)."""
+    model = visible_model(request.user, model_id)
+    if role_in(request.user, model.team_id) < Role.MEMBER:
+        raise Refused(f"only a member of team {model.team.slug} can have a model read again", status=403)
+    model.describe_job = queue_describe(team=model.team, user=request.user, uri=model.path)
+    model.save(update_fields=["describe_job"])
+    messages.info(request, f"reading {model.name} on a worker (job #{model.describe_job.pk})")
+    return redirect("registry:detail", model_id=model.pk)
 
 
 @login_required

@@ -5,18 +5,29 @@ from __future__ import annotations
 from pathlib import Path
 
 from opdweb.budgets.models import MismatchBudget
+from opdweb.registry.descriptions import store as store_description
 from tests.web.factories import JobFactory
 from tests.web.results import admission_result
+from workers.science.checkpoints.describe import describe_folder
 from workers.science.fingerprint import checkpoint_digest
 
 
 def make_checkpoint(root: Path, name: str = "student") -> str:
-    """A checkpoint directory (config.json and a weights file) under ``root``."""
+    """A checkpoint directory (config.json and a weights file) under ``root``, read by a
+    worker's describe job (:func:`read_by_worker`) as registering it does."""
     path = root / name
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text('{"model_type": "qwen2"}')
     (path / "model.safetensors").write_bytes(b"weights v1")
+    read_by_worker(str(path.resolve()))
     return str(path.resolve())
+
+
+def read_by_worker(checkpoint: str):
+    """What a worker's describe job of ``checkpoint`` stores: the science's own description
+    of the folder, kept by the product's own receiver (the real worker path is walked in
+    tests/web/test_checkpoint_references.py)."""
+    return store_description(describe_folder(checkpoint, Path(checkpoint)))
 
 
 def make_loadable_checkpoint(root: Path, name: str) -> Path:
@@ -53,3 +64,20 @@ def admission_job(team, checkpoint: str, rollout: dict, budget, verdict: str = "
                       result=admission_result(verdict, multiple, budget=budget.spec(), rollout=rollout,
                                               model=checkpoint,
                                               checkpoint_hash=checkpoint_digest(checkpoint), **result))
+
+
+def worker_runs(job):
+    """What a worker does with a queued local-checkpoint job (a describe job of a path): claim
+    it, run its kind's entry point on its config, record the outcome (the receivers store what
+    it read).  Celery's delivery and the heartbeat are what is left out; the real worker path
+    is walked in tests/web/test_checkpoint_references.py."""
+    from opdweb.jobs.models import Job, JobState
+    from opdweb.jobs.runner import record_outcome
+    from workers.science.entrypoints import get_kind
+
+    claimed = Job.claim(job.pk, job.attempts, "in-process")
+    assert claimed is not None, f"job #{job.pk} is not queued"
+    kind = get_kind(claimed.kind)
+    result = kind.run(kind.config.model_validate(claimed.config))
+    assert record_outcome(claimed, JobState.SUCCEEDED, {"result": result.model_dump(mode="json")})
+    return claimed

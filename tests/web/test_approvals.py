@@ -8,7 +8,7 @@ from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from opdweb.rollouts.actions import do_create_config
 from opdweb.rollouts.models import RolloutConfigRecord
 from opdweb.teams.models import AuditEntry, Role
-from tests.web.approval_world import admission_job, make_budget, make_checkpoint, recalibrate
+from tests.web.approval_world import admission_job, make_budget, make_checkpoint, read_by_worker, recalibrate
 from tests.web.factories import MembershipFactory, TeamFactory
 
 pytestmark = pytest.mark.django_db
@@ -178,6 +178,8 @@ def test_an_approval_lapses_when_the_checkpoint_changes(world):
     client = world.client(world.member)
     assert client.post(f"/approvals/{approval.pk}/export/verl/").status_code == 200
     (Path(world.checkpoint) / "model.safetensors").write_bytes(b"weights v2")
+    assert client.post(f"/approvals/{approval.pk}/export/verl/").status_code == 200  # nobody has read it since
+    read_by_worker(world.checkpoint)  # a worker reads the new weights (a describe job)
     response = client.post(f"/approvals/{approval.pk}/export/verl/")
     assert response.status_code == 409 and "changed since it was approved" in response.content.decode()
 
@@ -443,6 +445,7 @@ def test_where_a_trainer_cannot_keep_layers_the_page_shows_what_the_all_quantize
     geometry = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 4,
                 "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64}
     (Path(world.checkpoint) / "config.json").write_text(json.dumps(geometry))
+    read_by_worker(world.checkpoint)
     world.budget = make_budget(world.team, world.checkpoint)
     block = {"weights": "fp8_e4m3", "weight_scale": "block", "activations": "fp8_e4m3", "kv_cache": "fp8_e4m3",
              "kv_scales": "unit"}

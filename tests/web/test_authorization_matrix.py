@@ -65,6 +65,7 @@ ROWS = {
     "teams/": CONFIGS, "teams/<slug:slug>/": CONFIGS, "teams/<slug:slug>/audit/": CONFIGS,
     "teams/<slug:slug>/members/": CONFIGS, "teams/<slug:slug>/webhook/": CONFIGS,
     "models/": REGISTRY, "models/<int:model_id>/": REGISTRY, "models/<int:model_id>/delete/": REGISTRY,
+    "models/<int:model_id>/read/": REGISTRY,
 }
 #: Routes outside the matrix, each with why and where its callers' rights are tested.
 NOT_IN_MATRIX = {
@@ -641,8 +642,17 @@ def test_model_registry_authorization_matrix(capsys, tmp_path, settings):
                          (want, want == (302, "/models/")),
                          (page(r), not RegisteredModel.objects.filter(pk=unused.pk).exists()))
 
+            # Having it read again by a worker (a describe job queued).
+            path = f"/models/{shown[slug].pk}/read/"
+            before = Job.objects.filter(kind="describe").count()
+            r = client.post(path)
+            want = page_expected(actor, slug, Role.MEMBER, (302, f"/models/{shown[slug].pk}/"), path)
+            matrix.check(actor, f"POST /models/{{id}}/read/ ({slug}) (answer, queued)",
+                         (want, want == (302, f"/models/{shown[slug].pk}/")),
+                         (page(r), Job.objects.filter(kind="describe").count() > before))
+
     with capsys.disabled():
         matrix.report("model registry")
     assert matrix.wrong == []
-    assert matrix.cells == len(actors) * (1 + len(TEAMS) * 3)
+    assert matrix.cells == len(actors) * (1 + len(TEAMS) * 4)
     assert routes == rows_of(REGISTRY)

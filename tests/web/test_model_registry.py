@@ -15,7 +15,7 @@ from django.test import Client
 from opdweb.jobs.models import Job
 from opdweb.registry.models import RegisteredModel
 from opdweb.teams.models import Role, Team
-from tests.web.approval_world import make_budget, make_loadable_checkpoint
+from tests.web.approval_world import make_budget, make_loadable_checkpoint, worker_runs
 from tests.web.factories import MembershipFactory
 from workers.science.fingerprint import checkpoint_digest
 
@@ -47,6 +47,12 @@ def test_a_registered_checkpoint_is_listed_with_its_hash(roots):
     model = RegisteredModel.objects.get()
     assert r.status_code == 302 and r["Location"] == f"/models/{model.pk}/"
     assert (model.team, model.name, model.kind, model.path) == (team, "student v1", "student", str(checkpoint))
+    # the web process reads no weights: a worker's describe job of the path gives the digest
+    assert model.digest == "" and (model.describe_job.kind, model.describe_job.config) == (
+        "describe", {"model": str(checkpoint)})
+    assert "reading" in client.get(f"/models/{model.pk}/").content.decode()
+    worker_runs(model.describe_job)
+    model.refresh_from_db()
     assert model.digest == checkpoint_digest(checkpoint)
     page = client.get("/models/").content.decode()
     assert "student v1" in page and model.digest[:10] in page
@@ -205,6 +211,8 @@ def test_bootstrap_demo_registers_the_toy_pair_once(settings, tmp_path, toy_pair
     for kind, model in registered.items():
         assert model.team.slug == "demo"
         assert model.path == str((tmp_path / "toy" / "test" / kind).resolve())
+        worker_runs(model.describe_job)
+        model.refresh_from_db()
         assert model.digest == checkpoint_digest(tmp_path / "toy" / "test" / kind)
     # once make run has imported it (any checkpoint folder stands in for it here), it is registered too
     shutil.copytree(toy_pair / "student", tmp_path / "models" / "smollm2-135m-instruct")
@@ -322,6 +330,8 @@ def test_an_imported_checkpoint_says_what_its_weights_went_through_on_its_pages(
     plain = register_model(team=team, user=user, name="toy", path=str(shutil.copytree(toy_pair / "teacher",
                                                                                     tmp_path / "models" / "toy")),
                            kind="teacher")
+    for registered in (model, plain):
+        worker_runs(registered.describe_job)  # a worker reads each, the record included
     client = Client()
     client.force_login(user)
     assert f'<p class="warning" id="weights-note">{note}.</p>' in client.get(f"/models/{model.pk}/").content.decode()

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from .budget.config import AdmissionJobConfig, CalibrationJobConfig, NoiseSolveJobConfig
 from .budget.results import AdmissionVerdict, CalibrationResult, NoiseSolveResult
+from .checkpoints.describe import CheckpointDescription, DescribeConfig
 from .children import LocalChildRunner
 from .config import DriftJobConfig, MismatchJobConfig, SensitivityJobConfig
 from .formatting import (
@@ -238,6 +239,18 @@ register(JobKind(
     example=lambda student: {"model": student, "rollout": _FP8_W_KV, "prompts": 128, "max_new_tokens": 16},
     formatter=format_admission,
     cli_name="admit",
+))
+
+
+register(JobKind(
+    name=Kind.DESCRIBE,
+    config=DescribeConfig,
+    result=CheckpointDescription,
+    entry="workers.science.checkpoints.describe:run_describe",
+    queue="cpu",
+    time_limit_s=3600,
+    max_attempts=3,
+    example=lambda student: {"model": student},
 ))
 
 __all__ = ["KINDS", "CliOption", "JobKind", "MalformedResult", "UnknownJobKind", "get_kind", "register"]

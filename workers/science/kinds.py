@@ -19,6 +19,7 @@ class Kind(StrEnum):
     NOISE_SOLVE = "noise-solve"
     CALIBRATION = "calibration"
     ADMISSION = "admission"
+    DESCRIBE = "describe"
     EXTERNAL = "external"
 
 

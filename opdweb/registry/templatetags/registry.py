@@ -2,15 +2,12 @@
 by team slug, for the pickers of the job and approval forms."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from django import template
 
+from opdweb.registry.descriptions import import_note
 from opdweb.registry.models import RegisteredModel
 from opdweb.sandbox import OutsideSandbox, confine_model
 from opdweb.teams.access import teams_of
-from workers.science.gguf_import import IMPORT_RECORD
 
 register = template.Library()
 
@@ -32,13 +29,12 @@ def models_of(team) -> list[RegisteredModel]:
 @register.simple_tag
 def weights_note(checkpoint) -> str:
     """``{% weights_note job.config.model as note %}``: what an imported checkpoint's record
-    says its weights went through (``opdweb_import.json``: "dequantized from GGUF Q4_1 ..."),
+    says its weights went through (``opdweb_import.json``, as the describe job read it:
+    "dequantized from GGUF Q4_1 ..."),
     so every page with figures on it says so; "" for any other checkpoint."""
     if not isinstance(checkpoint, str) or not checkpoint:
         return ""
     try:
-        record = json.loads((Path(confine_model(checkpoint)) / IMPORT_RECORD).read_text())
-    except (OutsideSandbox, OSError, ValueError):
+        return import_note(confine_model(checkpoint))
+    except OutsideSandbox:
         return ""
-    note = record.get("note") if isinstance(record, dict) else None
-    return note if isinstance(note, str) else ""
