@@ -35,6 +35,11 @@ OPDWEB_ALLOW_HUB = env.bool("OPDWEB_ALLOW_HUB", default=False)
 OPDWEB_CHECKPOINT_URIS = env.list("OPDWEB_CHECKPOINT_URIS", default=[])
 OPDWEB_CHECKPOINT_CACHE = Path(env.str("OPDWEB_CHECKPOINT_CACHE", default=str(DATA_DIR / "cache" / "checkpoints")))
 OPDWEB_CHECKPOINT_CACHE_BYTES = env.int("OPDWEB_CHECKPOINT_CACHE_BYTES", default=100 * 2**30)
+# Where a run's files go (the MLflow artifact API): a directory, or ``s3://bucket/prefix``
+# on the store of S3_ENDPOINT_URL (the launcher points it at its embedded store).  One
+# upload larger than OPDWEB_ARTIFACT_MAX_BYTES is refused with a 413.
+OPDWEB_ARTIFACT_ROOT = env.str("OPDWEB_ARTIFACT_ROOT", default=str(DATA_DIR / "artifacts"))
+OPDWEB_ARTIFACT_MAX_BYTES = env.int("OPDWEB_ARTIFACT_MAX_BYTES", default=2 * 2**30)
 REFERENCE_CACHE_DIR = DATA_DIR / "cache" / "bf16-references"
 RUNS_DIR = DATA_DIR / "runs"  # one directory per job for what it writes (training checkpoints)
 

@@ -9,7 +9,7 @@ evidence names."""
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from django.conf import settings
 from pydantic import BaseModel
@@ -18,6 +18,14 @@ from workers.science.checkpoints.cache import CheckpointCache
 from workers.science.checkpoints.fetch import local_checkpoint
 from workers.science.checkpoints.uri import is_remote
 from workers.science.reporting import Reporter
+
+#: The digest the product knows of a checkpoint URI (None when never read), set by the app
+#: that keeps checkpoint descriptions (opdweb.registry), so jobs need not import it.
+KNOWN_DIGESTS: list[Callable[[str], str | None]] = []
+
+
+def known_digest(uri: str) -> str | None:
+    return next((d for lookup in KNOWN_DIGESTS if (d := lookup(uri)) is not None), None)
 
 
 def cache() -> CheckpointCache:
@@ -37,8 +45,6 @@ def model_fields(config_model: type[BaseModel]) -> list[str]:
 def checked_out(config_model: type[BaseModel], config: dict, reporter: Reporter) -> Iterator[tuple[dict, dict]]:
     """``config`` with each remote checkpoint replaced by its local folder, and the map from
     those folders back to the URIs, for the block's duration."""
-    from opdweb.registry.descriptions import current_digest
-
     local, names = dict(config), {}
     with ExitStack() as stack:
         for field in model_fields(config_model):
@@ -50,7 +56,7 @@ def checked_out(config_model: type[BaseModel], config: dict, reporter: Reporter)
                 reporter.progress(done / total if total else 1.0,
                                   f"fetching {uri}: {done / 2**20:.1f} of {total / 2**20:.1f} MiB")
 
-            folder = stack.enter_context(local_checkpoint(value, cache(), digest=current_digest(value),
+            folder = stack.enter_context(local_checkpoint(value, cache(), digest=known_digest(value),
                                                           progress=progress))
             local[field], names[folder] = folder, value
         yield local, names

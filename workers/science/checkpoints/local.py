@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from .stores import LimitedReader, StoredFile
+from .files import LimitedReader, StoredFile
 from .uri import StoreURI, clean_key
 
 
@@ -49,7 +49,7 @@ class LocalStore:
         fd, tmp = tempfile.mkstemp(prefix=".partial-", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(LimitedReader(stream, max_bytes), out, 1 << 20)  # type: ignore[arg-type]
+                shutil.copyfileobj(LimitedReader(stream, max_bytes), out, 1 << 20)
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, path)

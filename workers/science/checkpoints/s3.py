@@ -9,7 +9,7 @@ import os
 from contextlib import contextmanager
 from typing import BinaryIO, Iterator
 
-from .stores import LimitedReader, StoredFile
+from .files import LimitedReader, StoredFile
 from .uri import StoreURI, clean_key
 
 #: Seconds to connect and to wait for a read: a store that hangs fails the call, it does not

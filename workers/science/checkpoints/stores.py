@@ -7,20 +7,12 @@ leads outside the root a config or a setting named.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import BinaryIO, ContextManager, Protocol
 
+from .files import StoredFile, TooLarge
 from .uri import StoreURI, parse
 
-
-@dataclass(frozen=True)
-class StoredFile:
-    key: str  # relative to the store's root, "/"-separated
-    size: int
-
-
-class TooLarge(ValueError):
-    """A write that went past its ``max_bytes``: nothing of it is kept."""
+__all__ = ["Store", "StoredFile", "TooLarge", "store_at"]
 
 
 class Store(Protocol):
@@ -34,7 +26,7 @@ class Store(Protocol):
 
     def write(self, key: str, stream: BinaryIO, *, max_bytes: int | None = None) -> int:
         """Store ``stream`` at ``key`` whole or not at all (a reader never sees half a file);
-        returns its size.  Raises :class:`TooLarge` past ``max_bytes``."""
+        returns its size.  Raises :class:`.files.TooLarge` past ``max_bytes``."""
 
     def delete(self, key: str) -> None:
         """Remove the file at ``key`` (nothing when there is none)."""
@@ -50,17 +42,3 @@ def store_at(uri: str | StoreURI) -> Store:
     from .local import LocalStore
 
     return LocalStore(parsed)
-
-
-class LimitedReader:
-    """Reads ``stream`` and raises :class:`TooLarge` once more than ``max_bytes`` went by."""
-
-    def __init__(self, stream: BinaryIO, max_bytes: int | None):
-        self.stream, self.max_bytes, self.count = stream, max_bytes, 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.stream.read(size)
-        self.count += len(data)
-        if self.max_bytes is not None and self.count > self.max_bytes:
-            raise TooLarge(f"larger than the limit of {self.max_bytes} bytes")
-        return data
