@@ -62,29 +62,46 @@ class CheckpointCache:
     @contextmanager
     def checkout(self, uri: StoreURI, digest: str | None = None, progress: Progress | None = None) -> Iterator[Path]:
         """The local folder of the checkpoint at ``uri`` (fetched if not held), kept from
-        eviction while the block runs.  With ``digest``, what is fetched must have it."""
-        store = store_at(uri)
+        eviction while the block runs.  With ``digest``, what is fetched must have it, and a
+        checkpoint already held is used without asking the store."""
+        key = digest or "uri-" + hashlib.sha256(str(uri).encode()).hexdigest()[:32]
+        held = None
+        try:
+            with _locked(self.root / ".locks" / f"{key}.fetch", fcntl.LOCK_EX):
+                if digest is not None:
+                    held = self._hold(self.path_of(digest))
+                if held is None:
+                    found = self._fetch(store_at(uri), digest, progress)
+                    held = self._hold(found)
+                    if held is None:  # evicted between the rename and the hold: cannot happen twice
+                        raise FileNotFoundError(f"{found} was evicted as it was fetched; run the job again")
+            folder, _ = held
+            (folder / LAST_USED).touch()
+            yield folder
+        finally:
+            if held is not None:
+                _release(held[1])
+
+    def _hold(self, folder: Path) -> tuple[Path, int] | None:
+        """A shared hold on ``folder`` (eviction skips it) if it is in the cache, else None."""
+        fd = _lock_fd(self.root / ".locks" / f"{folder.name}.use", fcntl.LOCK_SH)
+        if folder.is_dir():  # checked under the hold: an eviction renames it under an exclusive one
+            return folder, fd
+        _release(fd)
+        return None
+
+    # -- fetching -----------------------------------------------------------------------------
+    def _fetch(self, store: Store, digest: str | None, progress: Progress | None) -> Path:
         files = store.list()
         if not files:
-            raise FileNotFoundError(f"{uri}: no files there (a checkpoint is a folder with config.json and weights)")
+            raise FileNotFoundError(f"{store.uri}: no files there (a checkpoint is a folder with config.json and "
+                                    "weights)")
         total = sum(f.size for f in files)
         if total > self.max_bytes:
             raise CheckpointTooLarge(
-                f"{uri} is {_gib(total)}, larger than this worker's whole checkpoint cache ({_gib(self.max_bytes)}); "
-                "raise OPDWEB_CHECKPOINT_CACHE_BYTES on the worker or use a smaller checkpoint")
-        key = digest or "uri-" + hashlib.sha256(str(uri).encode()).hexdigest()[:32]
-        with _locked(self.root / ".locks" / f"{key}.fetch", fcntl.LOCK_EX):
-            found = self.path_of(digest) if digest else None
-            if found is None or not found.is_dir():
-                found = self._fetch(store, files, total, digest, progress)
-        with _locked(self.root / ".locks" / f"{found.name}.use", fcntl.LOCK_SH):
-            if not found.is_dir():  # evicted between the fetch and the hold: fetch again
-                raise FileNotFoundError(f"{found} was evicted before use; run the job again")
-            (found / LAST_USED).touch()
-            yield found
-
-    # -- fetching -----------------------------------------------------------------------------
-    def _fetch(self, store: Store, files, total: int, digest: str | None, progress: Progress | None) -> Path:
+                f"{store.uri} is {_gib(total)}, larger than this worker's whole checkpoint cache "
+                f"({_gib(self.max_bytes)}); raise OPDWEB_CHECKPOINT_CACHE_BYTES on the worker or use a smaller "
+                "checkpoint")
         self._clear_abandoned_partials()
         self._make_room(total)
         partial = self.root / ".partial" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -105,10 +122,12 @@ class CheckpointCache:
                 raise DigestMismatch(f"{store.uri} now has content {got[:12]}, not the registered {digest[:12]}: "
                                      "the checkpoint changed in the store; register it again")
             final = self.path_of(got)
-            if final.is_dir():  # fetched under another name meanwhile: the same bytes
-                shutil.rmtree(partial)
-            else:
+            try:
                 os.rename(partial, final)
+            except OSError:
+                if not final.is_dir():
+                    raise
+                shutil.rmtree(partial)  # fetched under another URI meanwhile: the same bytes
             return final
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
@@ -122,11 +141,9 @@ class CheckpointCache:
             if used + needed <= self.max_bytes:
                 return
             lock = self.root / ".locks" / f"{entry.name}.use"
-            fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fd = _lock_fd(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                os.close(fd)
                 continue  # a job holds it
             try:
                 size = _size(entry)
@@ -135,8 +152,7 @@ class CheckpointCache:
                 shutil.rmtree(doomed, ignore_errors=True)
                 used -= size
             finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+                _release(fd)
         if used + needed > self.max_bytes:
             raise CheckpointTooLarge(f"the checkpoint cache ({_gib(self.max_bytes)}) holds {_gib(used)} in use by "
                                      f"running jobs; {_gib(needed)} more do not fit now")
@@ -164,15 +180,28 @@ def _download(store: Store, key: str, target: Path) -> None:
             time.sleep(RETRY_PAUSE_S * attempt)
 
 
-@contextmanager
-def _locked(path: Path, mode: int) -> Iterator[None]:
+def _lock_fd(path: Path, mode: int) -> int:
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _release(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+@contextmanager
+def _locked(path: Path, mode: int) -> Iterator[None]:
+    fd = _lock_fd(path, mode)
+    try:
         yield
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        _release(fd)
 
 
 def _size(path: Path) -> int:
