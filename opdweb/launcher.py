@@ -135,6 +135,7 @@ def run(args) -> int:
         print(f"opdweb: using {where}", flush=True)
         manage("migrate", "--noinput", "-v", "0", env=env)
         manage("collectstatic", "--noinput", "-v", "0", env=env)
+        manage("read_checkpoints", "-v", "0", env=env)  # digests of what an upgrade left unread
         if args.demo:
             # The toy pair the form's examples point at (seconds on first start, then cached),
             # built before bootstrap_demo registers it.

@@ -21,6 +21,11 @@ def lapse_reason(approval: ApprovalRequest) -> str | None:
         return f"approval #{approval.pk} is {approval.state}, not approved"
     if approval.budget is None or approval.budget.superseded_by_id is not None:
         return f"the mismatch budget it was approved against was recalibrated since (approval #{approval.pk} lapsed)"
-    if current_checkpoint_hash(approval.checkpoint) != approval.checkpoint_hash:
+    current = current_checkpoint_hash(approval.checkpoint)
+    if current is None:
+        return (f"no worker has read the checkpoint {approval.checkpoint} yet (a describe job reads it: "
+                f"registering it, its registry page, or `manage.py read_checkpoints`); approval #{approval.pk} "
+                "holds again once its content matches")
+    if current != approval.checkpoint_hash:
         return f"the checkpoint {approval.checkpoint} changed since it was approved (approval #{approval.pk} lapsed)"
     return None

@@ -520,3 +520,32 @@ def test_a_refused_approval_request_redraws_the_config_page_with_the_input_kept(
     bare = world.client(world.member).post(f"/configs/{world.record.pk}/request-approval/",
                                            {"checkpoint": "/nowhere/student"})
     assert bare.status_code == 400 and 'class="card problem"' in bare.content.decode()
+
+
+def test_an_upgrade_reads_what_approvals_rely_on_and_they_hold_again(world, tmp_path):
+    """Approvals granted before checkpoints were read by workers: their checkpoint has no
+    description, so they say so and do not export; ``read_checkpoints`` (run at every start)
+    queues one describe job per unread checkpoint, and once a worker ran it they export."""
+    from django.core.management import call_command
+
+    from opdweb.jobs.models import Job
+    from opdweb.registry.models import CheckpointDescription
+    from tests.web.approval_world import worker_runs
+    from workers.science.kinds import Kind
+
+    admission_job(world.team, world.checkpoint, FP8, world.budget)
+    approval = world.request()
+    world.decide(approval)
+    CheckpointDescription.objects.all().delete()  # as an installation from before descriptions
+    client = world.client(world.member)
+    response = client.post(f"/approvals/{approval.pk}/export/verl/")
+    assert response.status_code == 409 and "no worker has read the checkpoint" in response.content.decode()
+
+    call_command("read_checkpoints", verbosity=0)
+    call_command("read_checkpoints", verbosity=0)  # a second start queues nothing more
+    describes = list(Job.objects.filter(kind=Kind.DESCRIBE))
+    assert [job.config["model"] for job in describes] == [world.checkpoint]
+    worker_runs(describes[0])
+    assert client.post(f"/approvals/{approval.pk}/export/verl/").status_code == 200
+    call_command("read_checkpoints", verbosity=0)  # read now: nothing queued
+    assert Job.objects.filter(kind=Kind.DESCRIBE).count() == 1
