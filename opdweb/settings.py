@@ -243,6 +243,10 @@ JOB_STALE_SECONDS = env.float("JOB_STALE_SECONDS", default=60.0)
 JOB_LOG_FLUSH_SECONDS = env.float("JOB_LOG_FLUSH_SECONDS", default=1.0)
 # A job queued this long whose message is not in the broker (a Redis crash) is sent again.
 JOB_RESEND_SECONDS = env.float("JOB_RESEND_SECONDS", default=60.0)
+# A job whose checkpoint's store is out of reach is queued again (attempt n waits n - 1 times
+# this long), up to JOB_FETCH_ATTEMPTS attempts in all, then fails saying so.
+JOB_FETCH_RETRY_SECONDS = env.float("JOB_FETCH_RETRY_SECONDS", default=15.0)
+JOB_FETCH_ATTEMPTS = env.int("JOB_FETCH_ATTEMPTS", default=6)
 # Each kind has a time limit (workers/science/entrypoints.py); an operator may cap them all.
 # A job is asked to stop at its limit and killed with its worker GRACE seconds later.
 JOB_TIME_LIMIT_MAX_S = env.float("JOB_TIME_LIMIT_MAX_S", default=None)

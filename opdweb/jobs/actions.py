@@ -104,14 +104,16 @@ def _enqueue_or_withdraw(job: Job) -> None:
                       status=503, headers=RETRY_AFTER_OUTAGE) from None
 
 
-def enqueue(job_id: int, attempt: int) -> None:
-    """Hand the job to Celery.  Called only after the row is committed."""
+def enqueue(job_id: int, attempt: int, countdown: float | None = None) -> None:
+    """Hand the job to Celery (to run no sooner than ``countdown`` seconds from now).  Called
+    only after the row is committed."""
     from opdweb.celery_app import app
 
     job = Job.objects.only("kind").get(pk=job_id)
     kind = get_kind(job.kind)
     # The runner enforces the kind's time limit (solo-pool workers ignore Celery's).
-    app.send_task("opdweb.run_job", args=[job_id, attempt], queue=kind.queue, task_id=task_id(job_id, attempt))
+    app.send_task("opdweb.run_job", args=[job_id, attempt], queue=kind.queue, task_id=task_id(job_id, attempt),
+                  countdown=countdown)
 
 
 def do_resend_lost_messages(now=None) -> list[int]:

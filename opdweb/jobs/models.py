@@ -144,6 +144,17 @@ class Job(models.Model):
         self.message = message
         self.save(update_fields=["state", "attempts", "message"])
 
+    def retry_later(self, message: str) -> bool:
+        """Queue this running attempt again as the next one, which does not count against
+        ``max_attempts`` (the job did not fail: what it needs was out of reach), unless the
+        reaper took the job meanwhile; returns whether it was queued."""
+        updated = Job.objects.filter(pk=self.pk, state=JobState.RUNNING, attempts=self.attempts).update(
+            state=JobState.QUEUED, attempts=models.F("attempts") + 1, max_attempts=models.F("max_attempts") + 1,
+            message=message[:500])
+        if updated:
+            self.refresh_from_db()
+        return bool(updated)
+
     def fail(self, error: str) -> None:
         self.state = JobState.FAILED
         self.error = error

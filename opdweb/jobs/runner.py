@@ -19,12 +19,14 @@ from django.utils import timezone
 from pydantic import BaseModel
 
 from opdweb.jobs import live
+from opdweb.jobs.actions import enqueue
 from opdweb.jobs.checkpoints import checked_out, named_by_uri
 from opdweb.jobs.models import TERMINAL_STATES, Job, JobLogEntry, JobState
 from opdweb.jobs.signals import job_succeeded
 from opdweb.refusals import Refused
 from opdweb.sandbox import confine, product_values
 from opdweb.traces.sink import TraceSink
+from workers.science.checkpoints.files import StoreUnavailable
 from workers.science.children import ChildFailed
 from workers.science.entrypoints import get_kind
 from workers.science.reporting import Cancelled
@@ -210,6 +212,16 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         sink.close()
         log.info("job %s succeeded", job.pk)
         state, outcome = JobState.SUCCEEDED, {"result": named_by_uri(result.model_dump(mode="json"), names)}
+    except StoreUnavailable as exc:
+        sink.close()
+        if job.attempts < settings.JOB_FETCH_ATTEMPTS:
+            log.warning("job %s: %s; trying again in %.0f s", job.pk, exc,
+                        settings.JOB_FETCH_RETRY_SECONDS * job.attempts)
+            state, outcome = None, {"retry": f"waiting for the store: {exc}"}
+        else:
+            log.error("job %s failed: %s", job.pk, exc)
+            state, outcome = JobState.FAILED, {"error": f"the store stayed out of reach over {job.attempts} "
+                                                        f"attempts: {exc}"}
     except Cancelled as exc:
         sink.close()
         if reporter.timed_out:
@@ -232,7 +244,11 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         heartbeat.join(timeout=5)
         root.removeHandler(handler)
         handler.flush_to_db()
-    if record_outcome(job, state, outcome):
+    if state is None:
+        if job.retry_later(outcome["retry"]):
+            enqueue(job.pk, job.attempts, countdown=settings.JOB_FETCH_RETRY_SECONDS * (job.attempts - 1))
+            live.publish_state(job)
+    elif record_outcome(job, state, outcome):
         live.publish_state(job)
     return job.state
 

@@ -1,4 +1,5 @@
-"""What every store hands back and checks: a file's key and size, and the size limit."""
+"""What every store hands back and checks: a file's key and size, the size limit, and the
+error of a store out of reach."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,6 +14,10 @@ class StoredFile:
 
 class TooLarge(ValueError):
     """A write that went past its ``max_bytes``: nothing of it is kept."""
+
+
+class StoreUnavailable(ConnectionError):
+    """The store did not answer (down, restarting, cut off): a fetch may succeed later."""
 
 
 class LimitedReader:
