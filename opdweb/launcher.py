@@ -1,6 +1,9 @@
 """Bring the whole product up, or run the tests, with the services it needs.
 
     python -m opdweb.launcher run     # make run: services, migrate, web + workers
+    python -m opdweb.launcher run --role web      # a web host of a cluster (docs/deployment.md)
+    python -m opdweb.launcher run --role worker   # a worker host: its GPUs' workers only
+    python -m opdweb.launcher services --listen IP  # a services host: PostgreSQL, Redis, object store
     python -m opdweb.launcher test    # make test: services (running ones, else embedded), pytest
     python -m opdweb.launcher exec -- python benchmarks/bench_traces.py
 
@@ -20,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from opdweb.cluster_services import read_env
+from opdweb.cluster_services import start as start_cluster_services
 from opdweb.embedded_servers import ensure_services, reachable
 from opdweb.supervisor import Child, CrashLoop, Supervisor
 
@@ -53,22 +58,30 @@ def visible_gpus() -> list[str]:
     return []
 
 
-def worker_commands(env: dict) -> list[tuple[str, list[str], dict]]:
-    """``(name, command, env)`` of each worker: one solo-pool worker per GPU on the ``gpu``
-    queue (or one CPU worker when there is none), one for light jobs on ``cpu``, and a
-    small ``control`` worker that runs the beat schedule and the reaper, so that no long
-    job can delay noticing a lost one."""
+#: What each role of ``run`` starts: everything on one host, or a cluster's web host (the
+#: web server and the control worker) and worker hosts (the job workers).
+ROLES = {"all": ("web", "jobs", "control"), "web": ("web", "control"), "worker": ("jobs",)}
+
+
+def worker_commands(env: dict, parts=("jobs", "control")) -> list[tuple[str, list[str], dict]]:
+    """``(name, command, env)`` of each worker: for ``jobs``, one solo-pool worker per GPU on
+    the ``gpu`` queue (or one CPU worker when there is none) and one for light jobs on
+    ``cpu``; for ``control``, a small worker that runs the beat schedule and the reaper, so
+    that no long job can delay noticing a lost one."""
     celery = [sys.executable, "-m", "celery", "-A", "opdweb.celery_app", "worker", "--loglevel", "INFO"]
     commands = []
-    gpus = visible_gpus()
+    gpus = visible_gpus() if "jobs" in parts else []
     for i, gpu in enumerate(gpus):
         commands.append((f"gpu{i} worker", celery + ["-Q", "gpu", "--pool", "solo", "-n", f"gpu{i}@%h"],
                          {**env, "CUDA_VISIBLE_DEVICES": gpu, "OPDWEB_WORKER_DEVICE": "cuda:0"}))
-    if not gpus:
+    if not gpus and "jobs" in parts:
         commands.append(("gpu worker (on the CPU)", celery + ["-Q", "gpu", "--pool", "solo", "-n", "gpu-cpu@%h"],
                          {**env, "OPDWEB_WORKER_DEVICE": "cpu"}))
-    commands.append(("cpu worker", celery + ["-Q", "cpu", "--pool", "solo", "-n", "cpu@%h"],
-                     {**env, "OPDWEB_WORKER_DEVICE": "cpu"}))
+    if "jobs" in parts:
+        commands.append(("cpu worker", celery + ["-Q", "cpu", "--pool", "solo", "-n", "cpu@%h"],
+                         {**env, "OPDWEB_WORKER_DEVICE": "cpu"}))
+    if "control" not in parts:
+        return commands
     commands.append(("control worker", celery + ["-Q", "control", "--pool", "threads", "--concurrency", "2", "-B",
                                                  "--schedule", str(data_dir() / "celerybeat-schedule"),
                                                  "-n", "control@%h"],
@@ -114,7 +127,15 @@ def finish_real_model_import(importing: subprocess.Popen, var: Path, env: dict) 
 def run(args) -> int:
     var = data_dir()
     var.mkdir(parents=True, exist_ok=True)
-    services = ensure_services(var)
+    parts = ROLES[args.role]
+    if args.cluster_env:
+        os.environ.update(read_env(Path(args.cluster_env)))
+    if args.role != "all" and not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
+        print(f"opdweb: a {args.role} host of a cluster needs DATABASE_URL and REDIS_URL (and the object store's "
+              "S3_ENDPOINT_URL and keys): give --cluster-env with a services host's var/cluster.env, or your own "
+              "servers' addresses (docs/deployment.md)", file=sys.stderr)
+        return 2
+    services = ensure_services(var, object_store=True)
     supervisor = Supervisor([])
     importing: subprocess.Popen | None = None
 
@@ -131,34 +152,40 @@ def run(args) -> int:
             "OPDWEB_DATA_DIR": str(var),
             "PYTHONUNBUFFERED": "1",
         }
+        if services.store_env:  # the embedded store: its keys, and its checkpoints bucket open to configs
+            env.update(services.store_env)
+            env.setdefault("OPDWEB_CHECKPOINT_URIS", "s3://checkpoints/")
         where = "embedded servers under " + str(var) if services.embedded else "the servers in DATABASE_URL / REDIS_URL"
         print(f"opdweb: using {where}", flush=True)
-        manage("migrate", "--noinput", "-v", "0", env=env)
-        manage("collectstatic", "--noinput", "-v", "0", env=env)
-        manage("read_checkpoints", "-v", "0", env=env)  # digests of what an upgrade left unread
-        if args.demo:
+        if "web" in parts:
+            manage("migrate", "--noinput", "-v", "0", env=env)
+            manage("collectstatic", "--noinput", "-v", "0", env=env)
+            manage("read_checkpoints", "-v", "0", env=env)  # digests of what an upgrade left unread
+        demo = args.demo and args.role == "all"  # the demo's models live on this host's disk
+        if demo:
             # The toy pair the form's examples point at (seconds on first start, then cached),
             # built before bootstrap_demo registers it.
             subprocess.run([sys.executable, "-m", "workers", "build-toy-models", "--size", "test", "--out",
                             str(var / "toy" / "test")], env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
             manage("bootstrap_demo", env=env)
-        importing = start_real_model_import(var, env) if args.demo else None
+        importing = start_real_model_import(var, env) if demo else None
         host, port = args.host, args.port
-        if reachable(host, port):
+        if "web" in parts and reachable(host, port):
             print(f"opdweb: port {port} is taken; set OPDWEB_PORT or pass --port", file=sys.stderr)
             return 1
         web = ("web server",
                [sys.executable, "-m", "opdweb.web_server", "-b", host, "-p", str(port), "opdweb.asgi:application"], env)
-        supervisor.children = [Child(name, command, child_env, ROOT)
-                               for name, command, child_env in [web, *worker_commands(env)]]
+        supervisor.children = [Child(name, command, child_env, ROOT) for name, command, child_env
+                               in [*([web] if "web" in parts else []), *worker_commands(env, parts)]]
         supervisor.start()
         for child in supervisor.children:
             print(f"opdweb: started {child.name} (pid {child.pid})", flush=True)
-        while not reachable(host, port):  # "up" only once the web server answers
+        while "web" in parts and not reachable(host, port):  # "up" only once the web server answers
             services.check()
             supervisor.check()
             time.sleep(0.2)
-        print(f"\nopdweb is up: http://{host}:{port}/   (Ctrl-C stops everything)\n", flush=True)
+        where = f"http://{host}:{port}/" if "web" in parts else "a worker host"
+        print(f"\nopdweb is up: {where}   (Ctrl-C stops everything)\n", flush=True)
         while True:
             services.check()
             supervisor.check()
@@ -177,6 +204,31 @@ def run(args) -> int:
             importing.terminate()  # its folder is written beside the target and renamed in: no half model
             importing.wait()
         supervisor.stop()
+        services.stop()
+
+
+def serve_cluster(args) -> int:
+    """The services host: its servers on ``--listen`` until Ctrl-C or SIGTERM."""
+    var = data_dir()
+
+    def stop(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    services = start_cluster_services(var, args.listen, secret_key(var))
+    try:
+        print(f"opdweb: services listening on {args.listen}; the other hosts' environment is in "
+              f"{var / 'cluster.env'}", flush=True)
+        while True:
+            services.check()
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("\nopdweb: stopping", flush=True)
+        return 0
+    except CrashLoop as exc:
+        print(f"opdweb: {exc}; stopping everything", file=sys.stderr, flush=True)
+        return 1
+    finally:
         services.stop()
 
 
@@ -229,7 +281,16 @@ def main(argv=None) -> int:
     p_run.add_argument("--port", type=int, default=int(os.environ.get("OPDWEB_PORT", "8000")))
     p_run.add_argument("--no-demo", dest="demo", action="store_false",
                        help="skip the demo team, admin user and toy models (production hosts)")
-    return run(parser.parse_args(argv))
+    p_run.add_argument("--role", choices=sorted(ROLES), default=os.environ.get("OPDWEB_ROLE", "all"),
+                       help="all: the whole product on this host; web: migrations, the web server and the control "
+                            "worker; worker: this host's job workers (docs/deployment.md)")
+    p_run.add_argument("--cluster-env", default=os.environ.get("OPDWEB_CLUSTER_ENV"),
+                       help="a services host's var/cluster.env: the servers and keys of the cluster")
+    p_services = sub.add_parser("services", help="a cluster's services host: PostgreSQL, Redis and the object "
+                                                 "store, listening on --listen")
+    p_services.add_argument("--listen", required=True, help="the address the other hosts reach this one at")
+    args = parser.parse_args(argv)
+    return run(args) if args.command == "run" else serve_cluster(args)
 
 
 if __name__ == "__main__":

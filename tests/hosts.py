@@ -5,7 +5,7 @@ leaves the machine; the root namespace gains no interface.  A host can be cut of
 switch and healed, and every process started on a host, and every namespace, is gone at
 the end.
 
-A test process reaches a host's network with :meth:`Host.entered`: sockets made inside the
+Each host has its own name too (a UTS namespace).  A test process reaches a host's network with :meth:`Host.entered`: sockets made inside the
 block live in the host's namespace (a network namespace belongs to a thread), so an HTTP
 client or a database connection opened there talks to the cluster as that host would.
 
@@ -66,10 +66,16 @@ class Host:
         _ip("-n", self.network.switch, "link", "set", self._link, "master", "br0")
         _ip("-n", self.network.switch, "link", "set", self._link, "up")
 
+    def _on_host(self, command: list[str]) -> list[str]:
+        """``command`` in the host's network and with the host's own name (a UTS namespace:
+        Celery names its workers after the host)."""
+        return ["ip", "netns", "exec", self.namespace, "unshare", "--uts", "--", "sh", "-c",
+                'hostname "$0" && exec "$@"', self.name, *command]
+
     def start(self, name: str, command: list[str], env: dict, cwd: Path | str | None = None) -> subprocess.Popen:
         """Run ``command`` on this host (its output in ``<dir>/<name>.log``)."""
         log = open(self.dir / f"{name}.log", "ab")
-        proc = subprocess.Popen(["ip", "netns", "exec", self.namespace, *command], env=env, cwd=cwd or self.dir,
+        proc = subprocess.Popen(self._on_host(command), env=env, cwd=cwd or self.dir,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         proc.log_path = self.dir / f"{name}.log"  # type: ignore[attr-defined]
@@ -78,7 +84,7 @@ class Host:
 
     def run(self, command: list[str], env: dict, cwd: Path | str | None = None, timeout: float = 300) -> str:
         """Run ``command`` on this host to its end; its output (raises on failure)."""
-        done = subprocess.run(["ip", "netns", "exec", self.namespace, *command], env=env, cwd=cwd or self.dir,
+        done = subprocess.run(self._on_host(command), env=env, cwd=cwd or self.dir,
                               capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} on {self.name} exited {done.returncode}:\n"
