@@ -275,10 +275,21 @@ def object_store_child(data_dir: Path, listen: str = "127.0.0.1", s3_port: int |
     command = [binary, "server", f"-dir={store_dir / 'data'}", f"-ip={listen}", f"-ip.bind={listen}", "-filer",
                "-s3", f"-s3.config={store_dir / 's3.json'}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-iam=false",
                "-webdav=false", "-master.volumeSizeLimitMB=1024", "-volume.max=0",
+               # one master: after a restart it serves at once rather than wait ~20 s for a
+               # raft election it cannot lose (the topology comes back from the volume server)
+               "-master.resumeState=false", "-volume.preStopSeconds=0",
                *(f"-{name}={port}" for name, port in zip(_STORE_PORTS, ports, strict=True))]
     env = {"S3_ENDPOINT_URL": f"http://{listen}:{ports[_STORE_PORTS.index('s3.port')]}",
            "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": STORE_REGION}
-    return Child("object store", command, dict(os.environ), store_dir, log_path=store_dir / "server.log"), env
+    logs = store_dir / "logs"  # weed writes its own log files to $TMPDIR: keep them with its data
+    logs.mkdir(exist_ok=True)
+    # Its parts also talk over Unix sockets, /tmp/seaweedfs-<part>-<port>.sock (a fixed place):
+    # a store killed -9 leaves them behind, and a new one trips on them, so each start removes
+    # the ones of its own ports first.
+    stale = " ".join(f"/tmp/seaweedfs-*-{port}.sock" for port in ports)
+    command = ["sh", "-c", f'rm -f {stale} && exec "$@"', "weed", *command]
+    return Child("object store", command, {**os.environ, "TMPDIR": str(logs)}, store_dir,
+                 log_path=store_dir / "server.log"), env
 
 
 def start_embedded_object_store(data_dir: Path, listen: str = "127.0.0.1", s3_port: int | None = None

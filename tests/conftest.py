@@ -7,6 +7,8 @@ import pytest
 
 from tests.dependencies import missing
 
+pytest_plugins = ["tests.s3_store"]  # s3_server, s3_bucket: a real SeaweedFS
+
 
 def pytest_collection_modifyitems(items):
     for item in items:

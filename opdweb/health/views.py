@@ -15,6 +15,8 @@ from django.utils import timezone
 from opdweb.health.models import WorkerPresence
 from opdweb.jobs.models import Job, JobState
 from opdweb.teams.access import teams_of
+from workers.science.checkpoints import s3
+from workers.science.checkpoints.uri import is_remote, parse
 
 QUEUES = ("gpu", "cpu")
 
@@ -40,6 +42,24 @@ def check_redis() -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
+def uses_object_store() -> bool:
+    """Whether this installation keeps anything in an S3 store (artifacts, or checkpoints
+    a config may name there)."""
+    return is_remote(str(settings.OPDWEB_ARTIFACT_ROOT)) or bool(settings.OPDWEB_CHECKPOINT_URIS)
+
+
+def check_object_store() -> str | None:
+    """None when the S3 store answers (or none is used); else why not, in a line."""
+    if not uses_object_store():
+        return None
+    root = str(settings.OPDWEB_ARTIFACT_ROOT)
+    try:
+        s3.ping(parse(root).bucket if is_remote(root) else None)
+        return None
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return f"{type(exc).__name__}: {exc}"
+
+
 def live_workers():
     cutoff = timezone.now() - timedelta(seconds=settings.WORKER_SEEN_SECONDS)
     return WorkerPresence.objects.filter(last_seen__gte=cutoff, stopped=False)
@@ -54,16 +74,19 @@ def queue_depths() -> dict[str, int | None]:
 
 
 def healthz(request):
-    """200 ``ok`` when the database and Redis answer and a worker was seen recently, else
+    """200 ``ok`` when the database, Redis and the object store (where one is used) answer
+    and a worker was seen recently, else
     503 ``degraded``.  Anyone may ask (load balancers do); only staff see the details,
     since worker names and raw errors (hosts, ports) map the deployment for an attacker."""
     db_error = check_database()
     redis_error = check_redis()
+    store_error = check_object_store()
     workers = [w.name for w in live_workers()] if db_error is None else []
-    ok = db_error is None and redis_error is None and bool(workers)
+    ok = db_error is None and redis_error is None and store_error is None and bool(workers)
     body: dict = {"status": "ok" if ok else "degraded"}
     if db_error is None and request.user.is_staff:  # who is asking is in the database too
-        body.update({"database": "ok", "redis": redis_error or "ok", "workers": workers})
+        body.update({"database": "ok", "redis": redis_error or "ok", "workers": workers,
+                     "object_store": (store_error or "ok") if uses_object_store() else "none"})
     return JsonResponse(body, status=200 if ok else 503)
 
 
@@ -84,6 +107,7 @@ def status_page(request):
     context = {
         "database": _shown(check_database(), request.user),
         "redis": _shown(check_redis(), request.user),
+        "object_store": _shown(check_object_store(), request.user) if uses_object_store() else "none used",
         "staff": request.user.is_staff,
         "workers": WorkerPresence.objects.all() if request.user.is_staff else [],
         "alive_devices": sorted(Counter(live_workers().values_list("device", flat=True)).items()),

@@ -9,6 +9,7 @@ import hashlib
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -234,4 +235,51 @@ def test_a_worker_killed_mid_fetch_leaves_no_partial_in_use(store_dir, tmp_path)
     assert len(os.listdir(cache.root / ".partial")) == 1 and cache.entries() == []  # what the kill left
     with cache.checkout(parse(str(source)), hand_digest(source)) as folder:  # the lock died with it
         assert files_of(folder) == files_of(source)
+    assert os.listdir(cache.root / ".partial") == []
+
+
+@pytest.mark.faults
+def test_a_fetch_from_s3_survives_the_store_killed_between_files(s3_server, s3_bucket, tmp_path, monkeypatch):
+    """The real store, kill -9 after the first file and started again a second later: the
+    next file's download is retried until the store answers, and the checkpoint is whole."""
+    from workers.science.checkpoints.stores import store_at
+
+    source = make_checkpoint(tmp_path / "src", "student", 2 * MiB)
+    uri = f"s3://{s3_bucket}/student"
+    for f in sorted(source.iterdir()):
+        with f.open("rb") as fh:
+            store_at(uri).write(f.name, fh)
+    # 5 + 10 + 15 s: a store killed -9 serves again in about 4 s
+    monkeypatch.setattr(cache_module, "RETRY_PAUSE_S", 5.0)
+    first_file, killed = threading.Event(), threading.Event()
+
+    def kill_after_the_first_file(done, total):
+        if not first_file.is_set():
+            first_file.set()
+            killed.wait(30)
+
+    cache = CheckpointCache(tmp_path / "cache", 10 * MiB)
+    got: dict = {}
+
+    def fetch():
+        try:
+            with cache.checkout(parse(uri), hand_digest(source), progress=kill_after_the_first_file) as folder:
+                got["files"] = files_of(folder)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            got["error"] = exc
+
+    # The fetch runs in a thread; the store is restarted from this one (a child started from a
+    # thread that ends gets SIGTERM: the supervisor's parent-death signal is per thread).
+    fetcher = threading.Thread(target=fetch)
+    fetcher.start()
+    try:
+        assert first_file.wait(60)
+        s3_server.kill()
+        killed.set()
+        time.sleep(1.0)
+    finally:
+        s3_server.start()
+    fetcher.join(120)
+    assert "error" not in got, got.get("error")
+    assert got["files"] == files_of(source)
     assert os.listdir(cache.root / ".partial") == []

@@ -2,8 +2,9 @@
 
 ``s3://bucket/prefix`` names a prefix of a bucket on the configured S3-compatible server;
 anything else is a local path (``file:///abs`` or a plain path).  Keys below a store's root
-are relative, ``/``-separated, and may not climb out of it: ``..``, an absolute key, a NUL
-or control character, or a backslash are refused, so no key names another prefix or bucket.
+are relative, ``/``-separated, and may not climb out of it: ``..``, a NUL or control
+character, or a backslash are refused, and a leading ``/`` is dropped (``/a`` is ``a`` below
+the root), so no key names another prefix or bucket.
 """
 from __future__ import annotations
 
