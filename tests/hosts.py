@@ -5,9 +5,10 @@ leaves the machine; the root namespace gains no interface.  A host can be cut of
 switch and healed, and every process started on a host, and every namespace, is gone at
 the end.
 
-Each host has its own name too (a UTS namespace).  A test process reaches a host's network with :meth:`Host.entered`: sockets made inside the
-block live in the host's namespace (a network namespace belongs to a thread), so an HTTP
-client or a database connection opened there talks to the cluster as that host would.
+Each host has its own name too (a UTS namespace).  A test process reaches a host's network
+with :meth:`Host.entered`: sockets made inside the block live in the host's namespace (a
+network namespace belongs to a thread), so an HTTP client or a database connection opened
+there talks to the cluster as that host would.
 
 Needs root (``ip netns``); :func:`available` says whether this machine can.
 """

@@ -4,9 +4,9 @@ directory of its own.  ``s3_bucket`` gives a test a fresh bucket with this proce
 environment pointed at the store, so ``store_at("s3://<bucket>/...")`` reaches it."""
 from __future__ import annotations
 
-import uuid
 import signal
 import time
+import uuid
 from dataclasses import dataclass
 
 import pytest
