@@ -119,3 +119,49 @@ def test_registering_approving_and_exporting_reads_no_weights_in_the_web(setting
     assert [p for _, p in registering if p.endswith(WEIGHT_SUFFIXES)] == []
     assert using == []
 
+
+
+@pytest.mark.faults
+def test_a_checkpoint_in_s3_is_read_by_a_worker_that_waits_out_a_store_outage(settings, tmp_path, start_worker,
+                                                                               s3_server, s3_bucket):
+    """Registered by ``s3://`` URI while the store is down: the worker's describe job finds
+    the store out of reach, is queued again (not failed), and once the store is back reads
+    the checkpoint into the worker's own cache; the digest is the one written by hand."""
+    from opdweb.jobs.models import Job, JobState
+    from workers.science.checkpoints.stores import store_at
+    from workers.science.entrypoints import get_kind
+    from workers.science.kinds import Kind
+
+    folder = make_loadable_checkpoint(tmp_path / "upload", "student")
+    uri = f"s3://{s3_bucket}/team/student"
+    for f in folder.iterdir():
+        with f.open("rb") as fh:
+            store_at(uri).write(f.name, fh)
+    settings.OPDWEB_CHECKPOINT_URIS = [f"s3://{s3_bucket}/team"]
+    cache = tmp_path / "worker-cache"
+    start_worker("fetcher", queues="cpu", OPDWEB_CHECKPOINT_URIS=f"s3://{s3_bucket}/team",
+                 OPDWEB_CHECKPOINT_CACHE=str(cache), JOB_FETCH_RETRY_SECONDS="1", **s3_server.env)
+    team = TeamFactory()
+    member = MembershipFactory(team=team, role=Role.MEMBER).user
+    client = Client()
+    client.force_login(member)
+
+    s3_server.kill()
+    try:
+        r = client.post("/models/", {"team": team.slug, "name": "student", "path": uri, "kind": "student"})
+        assert r.status_code == 302, r.content  # registering asks nothing of the store
+        job = RegisteredModel.objects.get(team=team).describe_job
+        wait_for(lambda: Job.objects.get(pk=job.pk).attempts >= 2, CEILING_S, "the job to be queued again")
+        job.refresh_from_db()
+        # not counted against the job's own attempts (those are for workers lost mid-job)
+        assert job.max_attempts - (job.attempts - 1) == get_kind(Kind.DESCRIBE).max_attempts
+    finally:
+        s3_server.start()
+    wait_for(lambda: Job.objects.get(pk=job.pk).state in (JobState.SUCCEEDED, JobState.FAILED), CEILING_S,
+             "the describe job")
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED, job.error
+    described = CheckpointDescription.objects.get(uri=uri)
+    assert described.digest == hand_digest(folder) and job.result["model"] == uri
+    assert str(cache) not in str(job.result)  # the result names the URI, never the worker's cache
+    assert (cache / described.digest / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
