@@ -1,0 +1,120 @@
+"""The product across hosts that share nothing: services, web, worker and client hosts, each
+in its own network namespace with its own ``var/`` (tests/cluster/cluster.py).  A checkpoint
+registered by ``s3://`` URI is read and admission-checked on the worker host, approved and
+exported naming the URI; then a second worker host joins while jobs queue and takes some,
+and a worker host cut off from the network mid-job loses the job to another host without
+the job being lost or recorded twice."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.cluster import ApiClient, Cluster, Visitor, wait
+from tests.hosts import available
+
+pytestmark = [pytest.mark.slow, pytest.mark.needs.with_args(
+    lambda: None if available() else "network namespaces need root and the ip tool", installed_by_make=True)]
+
+SHIPPED_STUDENT = Path(__file__).resolve().parents[1] / "science" / "fixtures" / "toy-test" / "student"
+URI = "s3://checkpoints/lab/student"
+# vLLM's W8A8 FP8 (a scale per tensor: the toy's 64-wide layers take no 128 blocks), FP8 KV cache
+FP8 = {"weights": "fp8_e4m3", "weight_scale": "tensor", "activations": "fp8_e4m3", "kv_cache": "fp8_e4m3",
+       "kv_scales": "unit"}
+SETUP = """
+import json
+from django.contrib.auth import get_user_model
+from opdweb.rollouts.actions import do_create_config
+from opdweb.teams.models import Membership, Role, Team
+from opdweb.tokens.actions import do_create_token
+User = get_user_model()
+team = Team.objects.create(slug="lab", name="Lab")
+alice = User.objects.create_user("alice", password="alice-pass-1234")
+bob = User.objects.create_user("bob", password="bob-pass-1234")
+Membership.objects.create(team=team, user=alice, role=Role.MEMBER)
+Membership.objects.create(team=team, user=bob, role=Role.APPROVER)
+_, secret = do_create_token(user=alice, team=team, name="cluster", can_write=True)
+record, _ = do_create_config(team=team, user=alice, name="fp8 w+kv", data=%r)
+print(json.dumps({"token": secret, "config": record.pk}))
+""" % (FP8,)
+BUDGET = """
+import json
+from opdweb.budgets.models import MismatchBudget
+from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.runner import record_outcome
+from opdweb.teams.models import Team
+from tests.web.results import calibration_result
+team = Team.objects.get(slug="lab")
+job = Job.objects.create(team=team, kind="calibration", config={}, state=JobState.RUNNING)
+assert record_outcome(job, JobState.SUCCEEDED, {"result": calibration_result(%r, 1000.0, checkpoint_hash=%r)})
+print(json.dumps({"budget": MismatchBudget.objects.get(calibration_job=job).pk}))
+"""
+
+
+def hand_digest(folder: Path) -> str:
+    lines = b""
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        lines += name.encode() + b"\0" + hashlib.sha256((folder / name).read_bytes()).hexdigest().encode() + b"\n"
+    return hashlib.sha256(lines).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = Cluster(tmp_path_factory.mktemp("cluster"), JOB_HEARTBEAT_SECONDS="0.5", JOB_STALE_SECONDS="5",
+                      JOB_FETCH_RETRY_SECONDS="2")
+    try:
+        cluster.start()
+        cluster.ids = cluster.shell(SETUP)
+        cluster.upload(SHIPPED_STUDENT, "checkpoints", "lab/student")
+        cluster.add_worker("worker1")
+        yield cluster
+    finally:
+        cluster.close()
+    assert not [ns for ns in os.popen("ip netns list").read().split() if ns.startswith(cluster.network.prefix)]
+
+
+def no_checkpoint_under(host) -> list[str]:
+    return [str(p) for p in (host.dir).rglob("*.safetensors")]
+
+
+def logs(cluster) -> list[Path]:
+    return [cluster.web.dir / "web.log", *(h.dir / "worker.log" for h, _ in cluster.workers.values())]
+
+
+def test_the_loop_runs_on_hosts_that_share_nothing(cluster):
+    alice, bob = Visitor(cluster, "alice", "alice-pass-1234"), Visitor(cluster, "bob", "bob-pass-1234")
+    api = ApiClient(cluster, cluster.ids["token"])
+
+    r = alice.post("/models/", {"team": "lab", "name": "student", "path": URI, "kind": "student"})
+    assert r.status_code == 302, r.text[-2000:]
+    digest = wait(lambda: (rows := cluster.sql("SELECT digest FROM registry_checkpointdescription WHERE uri = %s",
+                                                [URI])) and rows[0][0], 300, "the worker host to read the checkpoint",
+                  logs=logs(cluster))
+    assert digest == hand_digest(SHIPPED_STUDENT)
+    assert digest[:12] in alice.get("/models/").text
+
+    budget = cluster.shell(BUDGET % (URI, digest))["budget"]
+    r = api.request("POST", "/api/jobs", json={"kind": "admission", "team": "lab", "config": {
+        "model": URI, "rollout": FP8, "budget": budget, "prompts": 16, "max_new_tokens": 8, "bootstrap": 50,
+        "drift": False, "device": "cpu"}})
+    assert r.status_code in (200, 201), r.text
+    job = api.wait_job(r.json()["id"], logs=logs(cluster))
+    assert job["state"] == "succeeded", (job["error"], job.get("message"))
+    assert "@worker1" in job["worker"] and job["result"]["verdict"] == "pass"
+    assert job["result"]["checkpoint_hash"] == digest and job["config"]["model"] == URI
+
+    r = alice.post(f"/configs/{cluster.ids['config']}/request-approval/", {"checkpoint": URI, "comment": "run 12"})
+    assert r.status_code == 302, r.text[-2000:]
+    approval = cluster.sql("SELECT id FROM approvals_approvalrequest ORDER BY id DESC LIMIT 1")[0][0]
+    assert bob.post(f"/approvals/{approval}/decide/", {"decision": "approve", "comment": "ok"}).status_code == 302
+    exported = alice.post(f"/approvals/{approval}/export/vllm/", {})
+    assert exported.status_code == 200 and URI in exported.text, exported.text[-2000:]
+
+    # Each host kept to its own disk: the weights are in the worker host's cache only.
+    worker1 = cluster.workers["worker1"][0]
+    assert (worker1.dir / "var" / "cache" / "checkpoints" / digest / "model.safetensors").read_bytes() == \
+        (SHIPPED_STUDENT / "model.safetensors").read_bytes()
+    assert no_checkpoint_under(cluster.web) == []
+
