@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,59 @@ def test_the_loop_runs_on_hosts_that_share_nothing(cluster):
         (SHIPPED_STUDENT / "model.safetensors").read_bytes()
     assert no_checkpoint_under(cluster.web) == []
 
+
+
+def selftest(api, steps: int, sleep_s: float) -> int:
+    r = api.request("POST", "/api/jobs", json={"kind": "selftest", "team": "lab",
+                                               "config": {"steps": steps, "sleep_s": sleep_s}})
+    assert r.status_code in (200, 201), r.text
+    return r.json()["id"]
+
+
+def host_of(job: dict) -> str:
+    """``cpu@worker2:1234`` -> ``worker2``: the host a job ran on, as its worker names it."""
+    return job["worker"].split("@", 1)[1].split(":", 1)[0]
+
+
+@pytest.mark.faults
+def test_a_worker_host_added_while_jobs_queue_takes_some(cluster):
+    api = ApiClient(cluster, cluster.ids["token"])
+    jobs = [selftest(api, steps=40, sleep_s=0.25) for _ in range(4)]  # 10 s each on one cpu worker
+    cluster.add_worker("worker2")  # its workers report in within seconds; three jobs still wait
+    done = [api.wait_job(job, logs=logs(cluster)) for job in jobs]
+    assert [j["state"] for j in done] == ["succeeded"] * 4
+    assert {host_of(j) for j in done} == {"worker1", "worker2"}, [j["worker"] for j in done]
+    assert all(j["result"]["last"]["selftest/square"] == 39.0 ** 2 for j in done)
+
+
+@pytest.mark.faults
+def test_a_worker_host_cut_off_mid_job_loses_it_to_another_and_nothing_is_doubled(cluster):
+    """The host running the job loses its cable: its heartbeat stops, the reaper (on the web
+    host) queues the job again, the other worker host runs it; when the cable is back, the
+    cut host's late outcome is refused and every step is stored once."""
+    api = ApiClient(cluster, cluster.ids["token"])
+    steps = 80
+    job_id = selftest(api, steps=steps, sleep_s=0.25)  # 20 s
+    running = wait(lambda: (j := api.job(job_id))["state"] == "running" and j["progress"] > 0.1 and j, 120,
+                   "the job to run", logs=logs(cluster))
+    cut = cluster.workers[host_of(running)][0]
+    cut.cut()
+    try:
+        job = api.wait_job(job_id, timeout=300, logs=logs(cluster))
+    finally:
+        cut.heal()
+    assert job["state"] == "succeeded" and job["attempts"] == 2, (job["state"], job["attempts"], job["error"])
+    assert host_of(job) != cut.name
+    time.sleep(8)  # the healed host's worker reaches the database again and tries to finish
+    after = api.job(job_id)
+    assert (after["state"], after["attempts"], after["worker"], after["result"]) == \
+        (job["state"], job["attempts"], job["worker"], job["result"])
+    rows = cluster.sql("SELECT s.key, count(*), min(p.step), max(p.step), sum(p.value) FROM traces_traceseries s "
+                       "JOIN traces_tracepoint p ON p.series_id = s.id WHERE s.job_id = %s GROUP BY s.key "
+                       "ORDER BY s.key", [job_id])
+    assert rows == [("selftest/linear", steps, 0, steps - 1, sum(range(steps))),
+                    ("selftest/square", steps, 0, steps - 1, sum(s * s for s in range(steps)))]
+    # and the cut host serves again
+    wait(lambda: cluster.sql("SELECT count(*) FROM health_workerpresence WHERE name LIKE %s AND NOT stopped "
+                             "AND last_seen > now() - interval '10 seconds'", [f"%@{cut.name}"])[0][0] >= 2, 120,
+         f"{cut.name} to report in again", logs=logs(cluster))
