@@ -175,3 +175,35 @@ def test_a_worker_host_cut_off_mid_job_loses_it_to_another_and_nothing_is_double
     wait(lambda: cluster.sql("SELECT count(*) FROM health_workerpresence WHERE name LIKE %s AND NOT stopped "
                              "AND last_seen > now() - interval '10 seconds'", [f"%@{cut.name}"])[0][0] >= 2, 120,
          f"{cut.name} to report in again", logs=logs(cluster))
+
+
+def store_pids(cluster) -> list[int]:
+    out = os.popen(f"ip netns pids {cluster.services.namespace}").read().split()
+    return [int(pid) for pid in out if "weed" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            and Path(f"/proc/{pid}").exists()]
+
+
+@pytest.mark.faults
+def test_the_object_store_killed_as_a_worker_reads_comes_back_and_the_read_completes(cluster):
+    """kill -9 of the services host's SeaweedFS just as a checkpoint is registered: the
+    services host starts it again on its data, the worker's fetch retries (the job is queued
+    again if the store stays away), and the checkpoint is read whole; no partial download is
+    left in any worker's cache."""
+    teacher = SHIPPED_STUDENT.parent / "teacher"
+    cluster.upload(teacher, "checkpoints", "lab/teacher")
+    alice = Visitor(cluster, "alice", "alice-pass-1234")
+    killed = store_pids(cluster)
+    assert killed
+    for pid in killed:
+        os.kill(pid, 9)
+    r = alice.post("/models/", {"team": "lab", "name": "teacher", "path": "s3://checkpoints/lab/teacher",
+                                "kind": "teacher"})
+    assert r.status_code == 302, r.text[-2000:]
+    digest = wait(lambda: (rows := cluster.sql("SELECT digest FROM registry_checkpointdescription WHERE uri = %s",
+                                                ["s3://checkpoints/lab/teacher"])) and rows[0][0], 300,
+                  "the teacher to be read", logs=[*logs(cluster), cluster.services.dir / "services.log"])
+    assert digest == hand_digest(teacher)
+    assert store_pids(cluster) and set(store_pids(cluster)).isdisjoint(killed)  # a new store process
+    for host, _ in cluster.workers.values():  # a host that never fetched has no cache at all
+        partial = host.dir / "var" / "cache" / "checkpoints" / ".partial"
+        assert not partial.exists() or list(partial.iterdir()) == []
