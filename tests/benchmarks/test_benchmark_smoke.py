@@ -72,6 +72,9 @@ SMOKE: dict[str, Smoke] = {
                                   (pytest.mark.faults,)),
     "bench_job_page.py": Smoke(("--keys", "2", "--steps", "1000", "--reps", "1", "--returning", "1", "--database",
                                 "{database}"), r"returning +1 ", (BROWSER,)),
+    # The checkpoint cache against a real SeaweedFS, on the toy student.
+    "bench_checkpoint_fetch.py": Smoke(("--model", f"{TOY}/student", "--reps", "1"),
+                                       r"\| cold fetch \(S3 -> cache, verified\) \|"),
     # The science half on the shipped test-size toy pair, no database.
     "bench_admission.py": Smoke(("--model", f"{TOY}/student", "--prompts", "8", "--max-new-tokens", "8",
                                  "--repeats", "1"), "json"),
