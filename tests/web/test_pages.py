@@ -39,7 +39,7 @@ def test_healthz_is_503_without_a_live_worker(staff_client):
     response = staff_client.get("/healthz")
     assert response.status_code == 503
     body = response.json()
-    assert body == {"status": "degraded", "database": "ok", "redis": "ok", "workers": []}
+    assert body == {"status": "degraded", "database": "ok", "redis": "ok", "workers": [], "object_store": "none"}
 
 
 def test_healthz_ignores_a_worker_that_stopped_reporting(staff_client):
