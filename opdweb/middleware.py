@@ -6,6 +6,8 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.urls import Resolver404, resolve
 
+ARTIFACTS = "/mlflow/api/2.0/mlflow-artifacts/"
+
 
 class RequestSizeLimit:
     def __init__(self, get_response):
@@ -13,7 +15,12 @@ class RequestSizeLimit:
 
     def __call__(self, request):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        own = settings.MLFLOW_MAX_REQUEST_BYTES if request.path.startswith("/mlflow/") else _declared_limit(request)
+        if request.path.startswith(ARTIFACTS):
+            own = settings.OPDWEB_ARTIFACT_MAX_BYTES  # a file, streamed to the store by the view
+        elif request.path.startswith("/mlflow/"):
+            own = settings.MLFLOW_MAX_REQUEST_BYTES
+        else:
+            own = _declared_limit(request)
         if own is not None:
             # MLflow's own limit on a request (a log-batch of 1,000 metrics with long keys
             # passes Django's), or one an API endpoint declares (a run's points); these

@@ -8,6 +8,7 @@ import math
 from django.db.models import F
 
 from opdweb.jobs.models import JobState
+from opdweb.runs.mlflow_artifacts import artifact_location, artifact_uri
 from opdweb.runs.models import MlflowExperiment, MlflowRun
 from opdweb.traces.models import TracePoint
 
@@ -29,7 +30,8 @@ def double(value: float) -> float | str:
 
 def experiment(exp: MlflowExperiment) -> dict:
     created = ms(exp.created_at)
-    return {"experiment_id": str(exp.pk), "name": exp.name, "artifact_location": "", "lifecycle_stage": "active",
+    return {"experiment_id": str(exp.pk), "name": exp.name, "artifact_location": artifact_location(exp.pk),
+            "lifecycle_stage": "active",
             "creation_time": created, "last_update_time": created,
             "tags": [{"key": k, "value": v} for k, v in exp.tags.items()]}
 
@@ -38,7 +40,7 @@ def run_info(run: MlflowRun) -> dict:
     job = run.job
     info = {"run_id": run.run_id, "run_uuid": run.run_id, "run_name": job.name, "experiment_id": str(run.experiment_id),
             "user_id": run.user_id, "status": STATUS_OF_STATE[job.state], "start_time": run.start_time,
-            "artifact_uri": "", "lifecycle_stage": "active"}
+            "artifact_uri": artifact_uri(run), "lifecycle_stage": "active"}
     end = run.end_time if run.end_time is not None else ms(job.finished_at)
     if end is not None:
         info["end_time"] = end

@@ -15,6 +15,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from opdweb.refusals import RETRY_AFTER_OUTAGE, Refused
 from opdweb.runs import actions
+from opdweb.runs import mlflow_artifacts as artifacts
 from opdweb.runs import mlflow_reads as reads
 from opdweb.runs import mlflow_requests as read
 from opdweb.runs import mlflow_search as search
@@ -22,6 +23,7 @@ from opdweb.runs import mlflow_shapes as shapes
 from opdweb.runs.mlflow_errors import ENDPOINT_NOT_FOUND, MlflowRefused, mlflow_error
 from opdweb.tokens.authentication import bearer_token, check_write, unauthenticated
 from opdweb.tokens.models import ApiToken
+from workers.science.checkpoints.files import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,16 @@ def get_metric_history(token, data):
     return _paged({"metrics": metrics}, next_token)
 
 
+@endpoint("POST", "logged-models/search", reads=True)
+def search_logged_models(token, data):
+    """No logged models are kept here (a run's files are its artifacts): an empty page.  The
+    client asks before listing a folder of a run's artifacts, in case a model of that name
+    has files of its own."""
+    for experiment_id in read.strings(data, "experiment_ids"):
+        actions.experiment_by_id(token, read.experiment_id({"id": experiment_id}, "id"))
+    return {}
+
+
 def _paged(answer: dict, next_token: str | None) -> dict:
     """MLflow leaves an empty list and a missing token out of its answer."""
     answer = {k: v for k, v in answer.items() if v}
@@ -148,9 +160,15 @@ def set_tag(token, data):
 @csrf_exempt  # a bearer token, never a session: nothing a browser could forge
 def dispatch(request, path: str):
     try:
+        if path == artifacts.PATH or path.startswith(artifacts.PATH + "/"):
+            return artifacts.answer(request, path[len(artifacts.PATH):].lstrip("/"), _token(request))
         return JsonResponse(_answer(request, path))
     except Refused as exc:
         return mlflow_error(exc)
+    except StoreUnavailable as exc:
+        log.warning("mlflow %s %s: %s", request.method, path, exc)
+        return mlflow_error(Refused("the artifact store is unreachable; nothing was changed, try again in a moment",
+                                    status=503, headers=RETRY_AFTER_OUTAGE))
     except (OperationalError, InterfaceError):
         log.warning("mlflow %s %s: database unreachable", request.method, path, exc_info=True)
         return mlflow_error(Refused("the database is unreachable; nothing was changed, try again in a moment",
@@ -167,11 +185,8 @@ def _answer(request, path: str) -> dict:
                                 ENDPOINT_NOT_FOUND, 405)
         log.info("mlflow endpoint not served: %s /mlflow/%s", request.method, path)
         raise MlflowRefused(f"opdweb does not serve the MLflow endpoint {request.method} /mlflow/{path} (it keeps "
-                            "runs, params, tags and metrics)", ENDPOINT_NOT_FOUND, 404)
-    token = bearer_token(request)
-    if token is None:
-        raise unauthenticated("send an opdweb API token as 'Authorization: Bearer opd_...' (for MLflow's client: "
-                              "MLFLOW_TRACKING_TOKEN); make one on /tokens/")
+                            "runs, params, tags, metrics and artifacts)", ENDPOINT_NOT_FOUND, 404)
+    token = _token(request)
     if request.method == "GET":
         data = {k: request.GET.get(k) for k in request.GET}
     else:
@@ -179,3 +194,11 @@ def _answer(request, path: str) -> dict:
             check_write(token)
         data = read.json_body(read.body_of(request))
     return handler(token, data)
+
+
+def _token(request) -> ApiToken:
+    token = bearer_token(request)
+    if token is None:
+        raise unauthenticated("send an opdweb API token as 'Authorization: Bearer opd_...' (for MLflow's client: "
+                              "MLFLOW_TRACKING_TOKEN); make one on /tokens/")
+    return token

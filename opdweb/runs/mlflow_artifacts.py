@@ -1,0 +1,147 @@
+"""MLflow's proxied artifact API, as its server offers it with ``--serve-artifacts``: a run's
+``artifact_uri`` is ``mlflow-artifacts:/<experiment_id>/<run_id>/artifacts``, which the
+official client resolves against the tracking URI to
+``<opdweb>/mlflow/api/2.0/mlflow-artifacts/artifacts/<experiment_id>/<run_id>/artifacts``
+and then PUTs a file to (``log_artifact``, ``log_text``, ``log_dict``, ``log_image``...),
+GETs it back (``load_text``, ``download_artifacts``), lists a folder
+(``GET .../artifacts?path=``) and DELETEs.
+
+Files go to the store of ``OPDWEB_ARTIFACT_ROOT`` (a folder under ``var/``, or an S3
+prefix), under the same key.  Every path is checked (no ``..``, no control character) and
+must lie in a run of the token's team: another team's run is refused as the tracking
+endpoints refuse it; writing needs a read-write token; one file is at most
+``OPDWEB_ARTIFACT_MAX_BYTES`` (413, nothing kept).  Bodies stream through: an upload is
+never read whole into memory, a download never either.
+"""
+from __future__ import annotations
+
+import posixpath
+from typing import Iterator
+
+from django.conf import settings
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+
+from opdweb.runs import actions
+from opdweb.runs.mlflow_errors import ENDPOINT_NOT_FOUND, MlflowRefused, invalid, not_found
+from opdweb.runs.models import MlflowRun
+from opdweb.tokens.authentication import check_write
+from opdweb.tokens.models import ApiToken
+from workers.science.checkpoints.files import StoredFile, TooLarge
+from workers.science.checkpoints.stores import Store, store_at
+from workers.science.checkpoints.uri import BadURI, clean_key
+
+PATH = "api/2.0/mlflow-artifacts/artifacts"
+CHUNK = 1 << 20
+
+
+def artifact_uri(run: MlflowRun) -> str:
+    return f"mlflow-artifacts:/{run.experiment_id}/{run.run_id}/artifacts"
+
+
+def artifact_location(experiment_id) -> str:
+    return f"mlflow-artifacts:/{experiment_id}"
+
+
+def store() -> Store:
+    return store_at(str(settings.OPDWEB_ARTIFACT_ROOT))
+
+
+def run_prefix(run: MlflowRun) -> str:
+    return f"{run.experiment_id}/{run.run_id}/artifacts"
+
+
+def answer(request, rest: str, token: ApiToken) -> HttpResponse:
+    """The answer to ``request`` on ``<PATH>/<rest>``."""
+    if not rest:
+        if request.method != "GET":
+            raise MlflowRefused(f"{request.method} of the artifact root: list it with GET ?path=", ENDPOINT_NOT_FOUND,
+                                405)
+        return JsonResponse(listing(token, request.GET.get("path") or ""))
+    if request.method == "GET":
+        return download(token, rest)
+    if request.method == "PUT":
+        return upload(token, rest, request)
+    if request.method == "DELETE":
+        return delete(token, rest)
+    raise MlflowRefused(f"{request.method} of an artifact: use GET, PUT or DELETE", ENDPOINT_NOT_FOUND, 405)
+
+
+def checked(token: ApiToken, path: str, *, file: bool = False) -> tuple[MlflowRun, str]:
+    """The run ``path`` lies in (of the token's team) and the path as a store key."""
+    try:
+        key = clean_key(path)
+    except BadURI as exc:
+        raise invalid(f"Invalid artifact path: {exc}") from None
+    parts = key.split("/") if key else []
+    if len(parts) < 2:
+        raise not_found(f"artifacts are kept per run, under <experiment_id>/<run_id>/artifacts: {path!r} names no run")
+    run = actions.run_for(token, parts[1])
+    if str(run.experiment_id) != parts[0]:
+        raise not_found(f"Run with id={parts[1]} is not in experiment {parts[0]}")
+    if file and (len(parts) < 4 or parts[2] != "artifacts"):
+        raise invalid(f"Invalid artifact path: a file goes under {run_prefix(run)}/, not {path!r}")
+    return run, key
+
+
+def listing(token: ApiToken, path: str) -> dict:
+    """MLflow's ``ListArtifacts`` answer: the files and folders directly in ``path``, each
+    named relative to it, folders without a size; ``{}`` for nothing."""
+    _, key = checked(token, path)
+    seen: dict[str, dict] = {}
+    for f in store().list(key):
+        rest = f.key[len(key):].lstrip("/")
+        if not rest:
+            continue  # ``path`` is a file: MLflow lists nothing in a file
+        name, _, below = rest.partition("/")
+        seen[name] = {"path": name, "is_dir": True} if below else {"path": name, "is_dir": False,
+                                                                    "file_size": f.size}
+    return {"files": [seen[name] for name in sorted(seen)]} if seen else {}
+
+
+def download(token: ApiToken, path: str) -> StreamingHttpResponse:
+    _, key = checked(token, path)
+    found = [f for f in store().list(key) if f.key == key]
+    if not found:
+        raise not_found(f"No artifact at {path!r}")
+    response = StreamingHttpResponse(_stream(key), content_type="application/octet-stream")
+    response["Content-Length"] = str(found[0].size)
+    response["Content-Disposition"] = f'attachment; filename="{_safe_name(posixpath.basename(key))}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def _stream(key: str) -> Iterator[bytes]:
+    with store().open(key) as fh:
+        while chunk := fh.read(CHUNK):
+            yield chunk
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-+" else "_" for c in name)[:200] or "artifact"
+
+
+def upload(token: ApiToken, path: str, request) -> JsonResponse:
+    check_write(token)
+    _, key = checked(token, path, file=True)
+    limit = settings.OPDWEB_ARTIFACT_MAX_BYTES
+    try:
+        store().write(key, request, max_bytes=limit)
+    except TooLarge:
+        raise MlflowRefused(f"artifact {path!r} is larger than the limit of {limit} bytes; nothing was kept",
+                            status=413) from None
+    return JsonResponse({})
+
+
+def delete(token: ApiToken, path: str) -> JsonResponse:
+    check_write(token)
+    _, key = checked(token, path, file=True)
+    target = store()
+    for f in target.list(key):
+        target.delete(f.key)
+    return JsonResponse({})
+
+
+def files_of(run: MlflowRun) -> list[StoredFile]:
+    """Every file of the run (for its page), keyed relative to its artifacts folder."""
+    prefix = run_prefix(run)
+    return [StoredFile(f.key[len(prefix) + 1:], f.size) for f in store().list(prefix)]
