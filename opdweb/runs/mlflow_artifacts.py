@@ -100,9 +100,14 @@ def listing(token: ApiToken, path: str) -> dict:
 
 def download(token: ApiToken, path: str) -> StreamingHttpResponse:
     _, key = checked(token, path)
+    return file_response(key)
+
+
+def file_response(key: str) -> StreamingHttpResponse:
+    """The file at ``key``, streamed as a download (404 in MLflow's shape when missing)."""
     found = [f for f in store().list(key) if f.key == key]
     if not found:
-        raise not_found(f"No artifact at {path!r}")
+        raise not_found(f"No artifact at {key!r}")
     response = StreamingHttpResponse(_stream(key), content_type="application/octet-stream")
     response["Content-Length"] = str(found[0].size)
     response["Content-Disposition"] = f'attachment; filename="{_safe_name(posixpath.basename(key))}"'

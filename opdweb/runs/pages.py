@@ -1,18 +1,20 @@
 """The run page's buttons: re-check a run that crossed its budget (an admission job on its
 latest checkpoint with the approved config and budget, by the jobs' own submit path),
-acknowledge an alert, and set or clear the run's own watch rule; and the team's watch rule
-page.  Thin: each calls :mod:`.watch`."""
+acknowledge an alert, and set or clear the run's own watch rule; the team's watch rule
+page; and the download of a run's file.  Thin: each calls :mod:`.watch` or
+:mod:`.mlflow_artifacts`."""
 from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from opdweb.jobs.access import visible_job
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
-from opdweb.runs import watch
+from opdweb.runs import mlflow_artifacts, watch
 from opdweb.runs.models import WatchRule
 from opdweb.teams.access import team_for
 from opdweb.teams.models import Role
@@ -75,3 +77,19 @@ def team_watch_rule(request, slug: str):
         messages.info(request, "watch rule saved")
         return redirect("run_pages:team_watch", slug=slug)
     return render(request, "runs/watch_rule.html", {"team": team, "rule": rule})
+
+
+@login_required
+@answers_refusals
+def artifact(request, job_id: int, path: str):
+    """One file of a run, for the team's members and viewers: always a download (never shown
+    inline: a run's files are whatever its trainer uploaded)."""
+    run = visible_job(request.user, job_id, Role.VIEWER)
+    mlflow_run = getattr(run, "mlflow_run", None)
+    if mlflow_run is None:
+        raise Http404("this job is not an MLflow run")
+    try:
+        key = f"{mlflow_artifacts.run_prefix(mlflow_run)}/{mlflow_artifacts.clean_key(path)}"
+    except mlflow_artifacts.BadURI:
+        raise Refused(f"{path!r} is not a path of this run's files", status=400) from None
+    return mlflow_artifacts.file_response(key)

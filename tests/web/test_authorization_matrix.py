@@ -52,6 +52,7 @@ ROWS = {
     "jobs/": HTTP, "jobs/new/": HTTP, "jobs/compare/": HTTP, "jobs/<int:job_id>/": HTTP,
     "jobs/<int:job_id>/cancel/": HTTP, "jobs/<int:job_id>/extend/": HTTP, "status/": HTTP,
     "runs/<int:job_id>/recheck/": RUNS, "runs/<int:job_id>/alerts/<int:alert_id>/acknowledge/": RUNS,
+    "runs/<int:job_id>/artifacts/<path:path>": RUNS,
     "api/kinds": HTTP, "api/jobs": HTTP, "api/jobs/<int:job_id>": HTTP, "api/jobs/<int:job_id>/children": HTTP,
     "api/jobs/<int:job_id>/cancel": HTTP, "api/jobs/<int:job_id>/log": HTTP, "api/jobs/<int:job_id>/series": HTTP,
     "api/jobs/<int:job_id>/series/downsampled": HTTP, "api/jobs/<int:job_id>/export": HTTP,
@@ -375,9 +376,15 @@ def test_run_pages_authorization_matrix(capsys):
             matrix.check(actor, f"POST /runs/{{id}}/alerts/{{id}}/acknowledge/ ({slug}) (answer, acknowledged)",
                          (want, want == ok), (page(r), alert.acknowledged_at is not None))
 
+            # A file of a job that is no MLflow run: past the role, a 404 that says so (a run's
+            # files and their permissions: tests/web/test_mlflow_artifacts.py).
+            path = f"/runs/{job.pk}/artifacts/configs/x.yaml"
+            matrix.check(actor, f"GET /runs/{{id}}/artifacts/... ({slug})",
+                         page_expected(actor, slug, Role.VIEWER, 404, path), page(client.get(path)))
+
     with capsys.disabled():
         matrix.report("run pages")
-    assert matrix.cells == len(actors) * len(jobs) * 2
+    assert matrix.cells == len(actors) * len(jobs) * 3
     assert routes == rows_of(RUNS)
     assert matrix.wrong == []  # a viewer's re-check and acknowledge once answered 500, not 403
 

@@ -151,3 +151,28 @@ def test_refusals_come_in_mlflows_shape_and_keep_nothing(client, server, member,
         "nosniff"
     assert raw(server, token, "DELETE", f"{base}/ok.bin").status_code == 200
     assert tree(root) == {}
+
+
+def test_the_run_page_lists_its_files_and_only_its_team_downloads_them(client, server, member, outsider, settings):
+    from django.test import Client
+
+    from opdweb.runs.models import MlflowRun
+
+    mlflow = client
+    settings.OPDWEB_ARTIFACT_ROOT = str(server[1])  # the page reads the store the server wrote to
+    with mlflow.start_run() as run:
+        mlflow.log_text("<script>alert(1)</script>", "notes/page.html")
+        run_id = run.info.run_id
+    job = MlflowRun.objects.get(run_id=run_id).job
+    user, _ = member
+    ours, theirs = Client(), Client()
+    ours.force_login(user)
+    theirs.force_login(outsider)
+    page = ours.get(f"/jobs/{job.pk}/").content.decode()
+    assert f'href="/runs/{job.pk}/artifacts/notes/page.html"' in page and "<td>25</td>" in page
+    got = ours.get(f"/runs/{job.pk}/artifacts/notes/page.html")
+    assert got.status_code == 200 and b"".join(got.streaming_content) == b"<script>alert(1)</script>"
+    assert got["Content-Type"] == "application/octet-stream" and got["Content-Disposition"].startswith("attachment")
+    assert theirs.get(f"/runs/{job.pk}/artifacts/notes/page.html").status_code == 404
+    assert ours.get(f"/runs/{job.pk}/artifacts/notes/none.txt").status_code == 404
+    assert ours.get(f"/runs/{job.pk}/artifacts/notes/%2e%2e/%2e%2e/x").status_code in (400, 404)

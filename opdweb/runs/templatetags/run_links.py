@@ -63,3 +63,12 @@ def runs_under_approval(approval) -> list[dict]:
     from opdweb.runs.watch import runs_under
 
     return runs_under(approval)
+
+
+@register.simple_tag
+def run_files_of(job) -> list:
+    """The files an MLflow run uploaded (path, size), for its page; [] for other jobs."""
+    from opdweb.runs.mlflow_artifacts import files_of
+
+    run = getattr(job, "mlflow_run", None) if job.kind == Kind.EXTERNAL else None
+    return files_of(run)[:500] if run is not None else []
