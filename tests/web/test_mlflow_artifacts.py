@@ -9,6 +9,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ import requests
 from opdweb.tokens.actions import do_create_token
 from tests.web.factories import MembershipFactory, TeamFactory
 
+ROOT_DIR = Path(__file__).resolve().parents[2]
 LIMIT = 200_000
 ORIGINAL = b"weights: fp8_e4m3\n# the trainer's own file: must never change\n"
 
@@ -176,3 +180,62 @@ def test_the_run_page_lists_its_files_and_only_its_team_downloads_them(client, s
     assert theirs.get(f"/runs/{job.pk}/artifacts/notes/page.html").status_code == 404
     assert ours.get(f"/runs/{job.pk}/artifacts/notes/none.txt").status_code == 404
     assert ours.get(f"/runs/{job.pk}/artifacts/notes/%2e%2e/%2e%2e/x").status_code in (400, 404)
+
+
+MLFLOW_SERVER_PYTHON = ROOT_DIR / "var" / "mlflow-server" / "bin" / "python"
+
+
+def transcript(tracking_uri: str, token: str, workdir: Path) -> list[dict]:
+    """The script's calls against ``tracking_uri``, run as a trainer would, from ``workdir``."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_TRACKING_TOKEN": token,
+           "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("mlflow_artifact_script.py"))], env=env,
+                          cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.slow
+@pytest.mark.needs.with_args(lambda: None if MLFLOW_SERVER_PYTHON.is_file() else
+                             "MLflow's own server, in var/mlflow-server (make test installs it)")
+def test_the_same_script_gets_the_same_answers_from_mlflows_own_server(server, member, tmp_path):
+    """``mlflow server --serve-artifacts`` and the product answer the script's calls alike,
+    call by call, and neither writes into the trainer's directory."""
+    from opdweb.embedded_servers import free_port
+    from tests.web.conftest import wait_for
+
+    address, _ = server
+    user, team = member
+    token = do_create_token(user=user, team=team, name="trainer", can_write=True)[1]
+    port = free_port()
+    theirs = tmp_path / "mlflow-server"
+    theirs.mkdir()
+    with open(theirs / "server.log", "wb") as log:
+        mlflow_server = subprocess.Popen(
+            [str(MLFLOW_SERVER_PYTHON), "-m", "mlflow", "server", "--backend-store-uri",
+             f"sqlite:///{theirs / 'mlflow.db'}", "--serve-artifacts", "--artifacts-destination",
+             str(theirs / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    try:
+        wait_for(lambda: _healthy(port), 180, "MLflow's server to start")
+        results = {}
+        for name, uri in (("mlflow", f"http://127.0.0.1:{port}"), ("opdweb", f"http://{address}/mlflow")):
+            workdir = tmp_path / f"trainer-{name}"
+            (workdir / "configs").mkdir(parents=True)
+            (workdir / "configs" / "rollout.yaml").write_bytes(ORIGINAL)
+            results[name] = transcript(uri, token, workdir)
+    finally:
+        os.killpg(mlflow_server.pid, signal.SIGTERM)
+        mlflow_server.wait(timeout=30)
+    assert len(results["opdweb"]) == len(results["mlflow"]) == 20
+    for ours, theirs_ in zip(results["opdweb"], results["mlflow"], strict=True):
+        assert ours == theirs_
+    assert results["opdweb"][-1] == {"call": "working directory unchanged", "returned": True}
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
