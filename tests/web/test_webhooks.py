@@ -16,6 +16,7 @@ from opdweb.approvals.webhooks import attempt_delivery, do_send_pending_webhooks
 from opdweb.embedded_servers import free_port
 from opdweb.rollouts.actions import do_create_config
 from opdweb.teams.models import AuditEntry, Role
+from tests.web.approval_world import make_checkpoint
 from tests.web.conftest import CEILING_S, wait_for
 from tests.web.factories import MembershipFactory, TeamFactory
 
@@ -81,9 +82,8 @@ def expected_signature(body: bytes) -> str:
 
 @pytest.mark.django_db(transaction=True)
 def test_request_and_decision_are_posted_signed_and_retried(start_worker, receiver, tmp_path, settings):
-    (tmp_path / "models" / "student").mkdir(parents=True)
-    (tmp_path / "models" / "student" / "config.json").write_text("{}")
     settings.OPDWEB_MODEL_ROOTS = [tmp_path / "models"]
+    make_checkpoint(tmp_path / "models")  # a checkpoint a worker has read (its digest is known)
     hook = receiver(statuses=[500])  # the first post fails; the retry succeeds
     team = TeamFactory()
     admin = MembershipFactory(team=team, role=Role.ADMIN).user
@@ -101,7 +101,7 @@ def test_request_and_decision_are_posted_signed_and_retried(start_worker, receiv
     member_client.force_login(member)
     response = member_client.post(f"/configs/{record.pk}/request-approval/",
                                   {"checkpoint": str(tmp_path / "models" / "student"), "comment": "please"})
-    assert response.status_code == 302
+    assert response.status_code == 302, response.content.decode()[-1500:]
     approval = ApprovalRequest.objects.get()
 
     delivered = wait_for(lambda: WebhookDelivery.objects.filter(state=DeliveryState.DELIVERED).first(), 30,
