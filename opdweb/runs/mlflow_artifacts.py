@@ -150,3 +150,26 @@ def files_of(run: MlflowRun) -> list[StoredFile]:
     """Every file of the run (for its page), keyed relative to its artifacts folder."""
     prefix = run_prefix(run)
     return [StoredFile(f.key[len(prefix) + 1:], f.size) for f in store().list(prefix)]
+
+
+def as_checkpoint(run: MlflowRun, value: str) -> str:
+    """A checkpoint the run names: one of its own uploaded folders (``mlflow-artifacts:/...``
+    as its ``artifact_uri`` gives, or a path relative to its artifacts) becomes where the
+    artifact store keeps it (``s3://...`` on a cluster: a worker fetches it from there, no
+    disk shared); any other value is returned as it is (a path or an ``s3://`` URI, checked
+    by the sandbox like every config's)."""
+    own = artifact_uri(run)
+    if value.startswith("mlflow-artifacts:"):
+        if value != own and not value.startswith(own + "/"):
+            raise invalid(f"{value!r} is not among this run's files ({own}/...)")
+        relative = value[len(own):]
+    elif value.startswith("artifacts/"):
+        relative = value[len("artifacts"):]
+    else:
+        return value
+    try:
+        key = clean_key(relative)
+    except BadURI as exc:
+        raise invalid(f"{value!r}: {exc}") from None
+    root = str(settings.OPDWEB_ARTIFACT_ROOT).rstrip("/")
+    return f"{root}/{run_prefix(run)}/{key}" if key else f"{root}/{run_prefix(run)}"

@@ -251,7 +251,14 @@ LATEST_CHECKPOINT_TAG = "opdweb.latest_checkpoint"
 
 
 def latest_checkpoint(job: Job, link: RunLink) -> str:
-    return (job.config.get("tags", {}).get(LATEST_CHECKPOINT_TAG) or "").strip() or link.checkpoint
+    """The checkpoint the run's ``opdweb.latest_checkpoint`` tag names (a path, an ``s3://``
+    URI, or one of the run's own uploaded folders: ``mlflow-artifacts:/...``, which is
+    where the artifact store keeps it), else the approved one."""
+    from opdweb.runs.mlflow_artifacts import as_checkpoint
+
+    tagged = (job.config.get("tags", {}).get(LATEST_CHECKPOINT_TAG) or "").strip()
+    run = getattr(job, "mlflow_run", None)
+    return (as_checkpoint(run, tagged) if run is not None else tagged) if tagged else link.checkpoint
 
 
 def lineage(budget: MismatchBudget):

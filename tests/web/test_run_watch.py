@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -345,3 +346,43 @@ def test_a_runs_rule_is_refused_to_viewers_other_teams_and_jobs_that_are_not_run
     refused = world.client(world.member).post(f"/runs/{admission.pk}/watch/", rule)
     assert refused.status_code == 400 and b"only external runs are watched" in refused.content
     assert not WatchRule.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_checkpoint_the_run_uploaded_is_rechecked_from_the_store(tmp_path, settings, s3_bucket):
+    """No shared disk: the cluster run uploads its step-400 checkpoint with the artifact API
+    (into S3) and tags it by its ``mlflow-artifacts:`` URI; the re-check is an admission job
+    on the store's ``s3://`` URI, which a worker fetches."""
+    from workers.science.checkpoints.stores import store_at
+
+    world = Watched(tmp_path, settings)
+    settings.OPDWEB_ARTIFACT_ROOT = f"s3://{s3_bucket}/runs"
+    settings.OPDWEB_CHECKPOINT_URIS = [f"s3://{s3_bucket}/runs/"]
+    run_id = world.start()
+    info = world.tracking.get("runs/get", run_id=run_id).json()["run"]["info"]
+    upload = make_checkpoint(tmp_path / "trainer", "step-400")
+    for f in sorted(Path(upload).iterdir()):
+        response = world.tracking.client.put(
+            f"/mlflow/api/2.0/mlflow-artifacts/artifacts/{info['experiment_id']}/{run_id}/artifacts/ckpt/step-400/"
+            f"{f.name}", data=f.read_bytes(), content_type="application/octet-stream",
+            HTTP_AUTHORIZATION=f"Bearer {world.tracking.secret}")
+        assert response.status_code == 200, response.content
+    stored = f"s3://{s3_bucket}/runs/{info['experiment_id']}/{run_id}/artifacts/ckpt/step-400"
+    assert {f.key for f in store_at(stored).list()} == {"config.json", "model.safetensors"}
+    at_400 = MismatchBudget.objects.create(  # the lineage's budget, calibrated on the uploaded checkpoint
+        team=world.team, checkpoint=stored, checkpoint_hash=checkpoint_digest(upload), task="arithmetic:3",
+        method="opd", metric="k3", unit_engine="hf", reference_value=UNIT_K3, step=400, tolerance=1.4, curve=[],
+        baseline={}, budget=40.0, status="reached", rule="within 1.4 points")
+    world.tracking.post("runs/set-tag", {"run_id": run_id, "key": "opdweb.latest_checkpoint",
+                                         "value": f"{info['artifact_uri']}/ckpt/step-400"})
+    job = run_job(run_id)
+    response = world.client(world.member).post(f"/runs/{job.pk}/recheck/")
+    made = Job.objects.filter(kind="admission", name__startswith="re-check").get()
+    assert response["Location"] == f"/jobs/{made.pk}/"
+    assert made.config["model"] == stored and made.config["budget"]["id"] == at_400.pk
+
+    # Another run's files are not this run's checkpoint: refused, nothing submitted.
+    world.tracking.post("runs/set-tag", {"run_id": run_id, "key": "opdweb.latest_checkpoint",
+                                         "value": f"mlflow-artifacts:/{info['experiment_id']}/{'0' * 32}/artifacts/x"})
+    response = world.client(world.member).post(f"/runs/{job.pk}/recheck/")
+    assert response.status_code in (302, 400) and Job.objects.filter(name__startswith="re-check").count() == 1
