@@ -8,7 +8,10 @@ digest the product knows, so a job never measures other weights than the ones it
 evidence names."""
 from __future__ import annotations
 
+import logging
+import time
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from django.conf import settings
@@ -18,6 +21,8 @@ from workers.science.checkpoints.cache import CheckpointCache
 from workers.science.checkpoints.fetch import local_checkpoint
 from workers.science.checkpoints.uri import is_remote
 from workers.science.reporting import Reporter
+
+log = logging.getLogger(__name__)
 
 #: The digest the product knows of a checkpoint URI (None when never read), set by the app
 #: that keeps checkpoint descriptions (opdweb.registry), so jobs need not import it.
@@ -56,8 +61,11 @@ def checked_out(config_model: type[BaseModel], config: dict, reporter: Reporter)
                 reporter.progress(done / total if total else 1.0,
                                   f"fetching {uri}: {done / 2**20:.1f} of {total / 2**20:.1f} MiB")
 
+            started = time.monotonic()
             folder = stack.enter_context(local_checkpoint(value, cache(), digest=known_digest(value),
                                                           progress=progress))
+            log.info("checkpoint %s: in this worker's cache as %s (%.1f s)", value, Path(folder).name,
+                     time.monotonic() - started)
             local[field], names[folder] = folder, value
         yield local, names
 

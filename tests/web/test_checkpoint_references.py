@@ -165,3 +165,7 @@ def test_a_checkpoint_in_s3_is_read_by_a_worker_that_waits_out_a_store_outage(se
     assert described.digest == hand_digest(folder) and job.result["model"] == uri
     assert str(cache) not in str(job.result)  # the result names the URI, never the worker's cache
     assert (cache / described.digest / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+    # what the job page showed while it fetched, and what its log keeps
+    assert job.message == "done" and job.progress == 1.0
+    logged = " ".join(job.log_entries.values_list("message", flat=True))
+    assert f"checkpoint {uri}: in this worker's cache as {described.digest}" in logged
