@@ -278,6 +278,7 @@ def object_store_child(data_dir: Path, listen: str = "127.0.0.1", s3_port: int |
                # one master: after a restart it serves at once rather than wait ~20 s for a
                # raft election it cannot lose (the topology comes back from the volume server)
                "-master.resumeState=false", "-volume.preStopSeconds=0",
+               "-master.telemetry=false",  # it would report usage to seaweedfs.com: nothing leaves the host
                *(f"-{name}={port}" for name, port in zip(_STORE_PORTS, ports, strict=True))]
     env = {"S3_ENDPOINT_URL": f"http://{listen}:{ports[_STORE_PORTS.index('s3.port')]}",
            "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": STORE_REGION}
@@ -288,7 +289,9 @@ def object_store_child(data_dir: Path, listen: str = "127.0.0.1", s3_port: int |
     # the ones of its own ports first.
     stale = " ".join(f"/tmp/seaweedfs-*-{port}.sock" for port in ports)
     command = ["sh", "-c", f'rm -f {stale} && exec "$@"', "weed", *command]
-    return Child("object store", command, {**os.environ, "TMPDIR": str(logs)}, store_dir,
+    # One volume per new bucket, not seven: a small disk holds many buckets.
+    env_of_store = {**os.environ, "TMPDIR": str(logs), "WEED_MASTER_VOLUME_GROWTH_COPY_1": "1"}
+    return Child("object store", command, env_of_store, store_dir,
                  log_path=store_dir / "server.log"), env
 
 

@@ -59,11 +59,19 @@ def s3_server(tmp_path_factory):
 
 
 @pytest.fixture
-def s3_bucket(s3_server, monkeypatch) -> str:
+def s3_bucket(s3_server, monkeypatch):
     """A new bucket's name, this process's S3 environment set to the store."""
     for name, value in s3_server.env.items():
         monkeypatch.setenv(name, value)
     s3._client.cache_clear()
     bucket = f"test-{uuid.uuid4().hex[:12]}"
-    s3.client().create_bucket(Bucket=bucket)
-    return bucket
+    client = s3.client()
+    client.create_bucket(Bucket=bucket)
+    yield bucket
+    try:  # its volume goes with it: a session makes many buckets
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for obj in page.get("Contents", []):
+                client.delete_object(Bucket=bucket, Key=obj["Key"])
+        client.delete_bucket(Bucket=bucket)
+    except Exception:  # noqa: BLE001 - a test that left the store down: the session's store goes at its end
+        pass

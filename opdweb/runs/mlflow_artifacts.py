@@ -16,8 +16,10 @@ never read whole into memory, a download never either.
 from __future__ import annotations
 
 import posixpath
-from typing import Iterator
+from typing import AsyncIterator
+from urllib.parse import unquote
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 
@@ -26,11 +28,12 @@ from opdweb.runs.mlflow_errors import ENDPOINT_NOT_FOUND, MlflowRefused, invalid
 from opdweb.runs.models import MlflowRun
 from opdweb.tokens.authentication import check_write
 from opdweb.tokens.models import ApiToken
-from workers.science.checkpoints.files import StoredFile, TooLarge
+from workers.science.checkpoints.files import StoredFile, StoreUnavailable, TooLarge
 from workers.science.checkpoints.stores import Store, store_at
 from workers.science.checkpoints.uri import BadURI, clean_key
 
 PATH = "api/2.0/mlflow-artifacts/artifacts"
+MULTIPART = "api/2.0/mlflow-artifacts/mpu/"
 CHUNK = 1 << 20
 
 
@@ -50,6 +53,13 @@ def run_prefix(run: MlflowRun) -> str:
     return f"{run.experiment_id}/{run.run_id}/artifacts"
 
 
+def multipart(request, token: ApiToken) -> HttpResponse:
+    """``mlflow-artifacts/mpu/create|complete|abort``: not offered; the 501 (with MLflow's own
+    words) is what makes the client send the file in one PUT instead."""
+    raise MlflowRefused("Multipart upload is not supported for the current artifact repository",
+                        "NOT_IMPLEMENTED", 501)
+
+
 def answer(request, rest: str, token: ApiToken) -> HttpResponse:
     """The answer to ``request`` on ``<PATH>/<rest>``."""
     if not rest:
@@ -67,8 +77,18 @@ def answer(request, rest: str, token: ApiToken) -> HttpResponse:
 
 
 def checked(token: ApiToken, path: str, *, file: bool = False) -> tuple[MlflowRun, str]:
-    """The run ``path`` lies in (of the token's team) and the path as a store key."""
+    """The run ``path`` lies in (of the token's team) and the path as a store key.  As
+    MLflow's server checks it: decoded as often as it decodes, no ``..``, no absolute or
+    empty segment, no control character."""
+    decoded = path
+    for _ in range(5):  # %252e%252e is .. twice over
+        decoded, before = unquote(decoded), decoded
+        if decoded == before:
+            break
     try:
+        if decoded.startswith("/") or "//" in decoded or decoded.endswith("/."):
+            raise BadURI(f"{path!r} is absolute or has an empty segment")
+        clean_key(decoded)
         key = clean_key(path)
     except BadURI as exc:
         raise invalid(f"Invalid artifact path: {exc}") from None
@@ -115,10 +135,20 @@ def file_response(key: str) -> StreamingHttpResponse:
     return response
 
 
-def _stream(key: str) -> Iterator[bytes]:
-    with store().open(key) as fh:
-        while chunk := fh.read(CHUNK):
-            yield chunk
+def _stream(key: str) -> AsyncIterator[bytes]:
+    """The file's bytes, a chunk at a time, each read off the event loop: under ASGI, Django
+    would gather a plain iterator whole in memory before sending a byte."""
+    opened = store().open(key)
+    fh = opened.__enter__()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            while chunk := await sync_to_async(fh.read, thread_sensitive=False)(CHUNK):
+                yield chunk
+        finally:
+            await sync_to_async(opened.__exit__, thread_sensitive=False)(None, None, None)
+
+    return chunks()
 
 
 def _safe_name(name: str) -> str:
@@ -134,6 +164,10 @@ def upload(token: ApiToken, path: str, request) -> JsonResponse:
     except TooLarge:
         raise MlflowRefused(f"artifact {path!r} is larger than the limit of {limit} bytes; nothing was kept",
                             status=413) from None
+    except StoreUnavailable:
+        raise
+    except OSError as exc:  # a file where a folder is (or the reverse), a name too long for the disk
+        raise invalid(f"Invalid artifact path {path!r}: {exc.strerror or exc}") from None
     return JsonResponse({})
 
 

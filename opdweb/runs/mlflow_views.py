@@ -162,6 +162,8 @@ def dispatch(request, path: str):
     try:
         if path == artifacts.PATH or path.startswith(artifacts.PATH + "/"):
             return artifacts.answer(request, path[len(artifacts.PATH):].lstrip("/"), _token(request))
+        if path.startswith(artifacts.MULTIPART):
+            return artifacts.multipart(request, _token(request))
         return JsonResponse(_answer(request, path))
     except Refused as exc:
         return mlflow_error(exc)

@@ -104,6 +104,15 @@ def test_the_clients_artifact_calls_land_in_the_store_and_not_in_its_working_dir
     assert tree(Path.cwd()) == before
 
 
+def streamed(response) -> bytes:
+    from asgiref.sync import async_to_sync
+
+    async def gather() -> bytes:
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(gather)()
+
+
 def raw(server, token: str, method: str, path: str, **kw) -> requests.Response:
     address, _ = server
     return requests.request(method, f"http://{address}/mlflow/api/2.0/mlflow-artifacts/artifacts/{path}",
@@ -124,6 +133,9 @@ def test_refusals_come_in_mlflows_shape_and_keep_nothing(client, server, member,
 
     for path, status, code in [
         (f"{base}/%2e%2e/%2e%2e/x.txt", 400, "INVALID_PARAMETER_VALUE"),
+        (f"{base}/%252e%252e/%252e%252e/x.txt", 400, "INVALID_PARAMETER_VALUE"),  # encoded twice
+        (f"{base}//etc/x.txt", 400, "INVALID_PARAMETER_VALUE"),
+        (f"{base}/{'n' * 300}.txt", 400, "INVALID_PARAMETER_VALUE"),  # longer than a file name may be
         (f"{base}/a%00b.txt", 400, "INVALID_PARAMETER_VALUE"),
         (f"{experiment_id}/{run_id}/loose.txt", 400, "INVALID_PARAMETER_VALUE"),
         (f"{experiment_id}/no-such-run/artifacts/x.txt", 404, "RESOURCE_DOES_NOT_EXIST"),
@@ -145,6 +157,12 @@ def test_refusals_come_in_mlflows_shape_and_keep_nothing(client, server, member,
     r = raw(server, token, "PUT", f"{base}/big.bin", data=os.urandom(LIMIT + 1))
     assert r.status_code == 413 and r.json()["error_code"] == "INVALID_PARAMETER_VALUE"
     assert raw(server, token, "PUT", f"{base}/ok.bin", data=os.urandom(LIMIT)).status_code == 200
+
+    assert raw(server, token, "PUT", f"{base}/ok.bin/inside.txt", data=b"x").status_code == 400  # a file there
+    r = requests.post(f"http://{server[0]}/mlflow/api/2.0/mlflow-artifacts/mpu/create/{base}/big.bin",
+                      headers={"Authorization": f"Bearer {token}"}, json={"path": "big.bin", "num_parts": 2},
+                      timeout=30)
+    assert r.status_code == 501 and r.json()["message"].startswith("Multipart upload is not supported")
 
     assert tree(root) and set(tree(root)) == {f"{base}/ok.bin"}  # only the one that was allowed
     r = raw(server, theirs, "GET", f"{base}/ok.bin")
@@ -175,7 +193,8 @@ def test_the_run_page_lists_its_files_and_only_its_team_downloads_them(client, s
     page = ours.get(f"/jobs/{job.pk}/").content.decode()
     assert f'href="/runs/{job.pk}/artifacts/notes/page.html"' in page and "<td>25</td>" in page
     got = ours.get(f"/runs/{job.pk}/artifacts/notes/page.html")
-    assert got.status_code == 200 and b"".join(got.streaming_content) == b"<script>alert(1)</script>"
+    assert got.status_code == 200 and streamed(got) == b"<script>alert(1)</script>"
+    assert got.is_async  # read off the event loop a chunk at a time, never gathered whole in the server
     assert got["Content-Type"] == "application/octet-stream" and got["Content-Disposition"].startswith("attachment")
     assert theirs.get(f"/runs/{job.pk}/artifacts/notes/page.html").status_code == 404
     assert ours.get(f"/runs/{job.pk}/artifacts/notes/none.txt").status_code == 404
@@ -239,3 +258,17 @@ def _healthy(port: int) -> bool:
         return requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
     except requests.RequestException:
         return False
+
+
+def test_a_client_that_asks_for_multipart_upload_falls_back_to_one_put(client, server, monkeypatch, tmp_path):
+    """``MLFLOW_ENABLE_PROXY_MULTIPART_UPLOAD``: the product answers the multipart request
+    501, as MLflow's server does for a store without it, and the client sends one PUT."""
+    monkeypatch.setenv("MLFLOW_ENABLE_PROXY_MULTIPART_UPLOAD", "true")
+    monkeypatch.setenv("MLFLOW_MULTIPART_UPLOAD_MINIMUM_FILE_SIZE", "1")
+    mlflow = client
+    payload = os.urandom(50_000)
+    (tmp_path / "weights.bin").write_bytes(payload)
+    with mlflow.start_run() as run:
+        mlflow.log_artifact(str(tmp_path / "weights.bin"), "ckpt")
+    assert (server[1] / run.info.experiment_id / run.info.run_id / "artifacts" / "ckpt" / "weights.bin").read_bytes() \
+        == payload
