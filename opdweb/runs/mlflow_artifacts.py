@@ -25,6 +25,7 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 
 from opdweb.runs import actions
 from opdweb.runs.mlflow_errors import ENDPOINT_NOT_FOUND, MlflowRefused, invalid, not_found
+from opdweb.runs.mlflow_shapes import artifact_path
 from opdweb.runs.models import MlflowRun
 from opdweb.tokens.authentication import check_write
 from opdweb.tokens.models import ApiToken
@@ -37,20 +38,12 @@ MULTIPART = "api/2.0/mlflow-artifacts/mpu/"
 CHUNK = 1 << 20
 
 
-def artifact_uri(run: MlflowRun) -> str:
-    return f"mlflow-artifacts:/{run.experiment_id}/{run.run_id}/artifacts"
-
-
-def artifact_location(experiment_id) -> str:
-    return f"mlflow-artifacts:/{experiment_id}"
-
-
 def store() -> Store:
     return store_at(str(settings.OPDWEB_ARTIFACT_ROOT))
 
 
 def run_prefix(run: MlflowRun) -> str:
-    return f"{run.experiment_id}/{run.run_id}/artifacts"
+    return artifact_path(run)
 
 
 def multipart(request, token: ApiToken) -> HttpResponse:
@@ -184,26 +177,3 @@ def files_of(run: MlflowRun) -> list[StoredFile]:
     """Every file of the run (for its page), keyed relative to its artifacts folder."""
     prefix = run_prefix(run)
     return [StoredFile(f.key[len(prefix) + 1:], f.size) for f in store().list(prefix)]
-
-
-def as_checkpoint(run: MlflowRun, value: str) -> str:
-    """A checkpoint the run names: one of its own uploaded folders (``mlflow-artifacts:/...``
-    as its ``artifact_uri`` gives, or a path relative to its artifacts) becomes where the
-    artifact store keeps it (``s3://...`` on a cluster: a worker fetches it from there, no
-    disk shared); any other value is returned as it is (a path or an ``s3://`` URI, checked
-    by the sandbox like every config's)."""
-    own = artifact_uri(run)
-    if value.startswith("mlflow-artifacts:"):
-        if value != own and not value.startswith(own + "/"):
-            raise invalid(f"{value!r} is not among this run's files ({own}/...)")
-        relative = value[len(own):]
-    elif value.startswith("artifacts/"):
-        relative = value[len("artifacts"):]
-    else:
-        return value
-    try:
-        key = clean_key(relative)
-    except BadURI as exc:
-        raise invalid(f"{value!r}: {exc}") from None
-    root = str(settings.OPDWEB_ARTIFACT_ROOT).rstrip("/")
-    return f"{root}/{run_prefix(run)}/{key}" if key else f"{root}/{run_prefix(run)}"

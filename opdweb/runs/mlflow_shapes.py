@@ -8,7 +8,6 @@ import math
 from django.db.models import F
 
 from opdweb.jobs.models import JobState
-from opdweb.runs.mlflow_artifacts import artifact_location, artifact_uri
 from opdweb.runs.models import MlflowExperiment, MlflowRun
 from opdweb.traces.models import TracePoint
 
@@ -26,6 +25,21 @@ def double(value: float) -> float | str:
     if math.isfinite(value):
         return value
     return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def artifact_path(run: MlflowRun) -> str:
+    """The run's files' folder, relative to the artifact store's root."""
+    return f"{run.experiment_id}/{run.run_id}/artifacts"
+
+
+def artifact_uri(run: MlflowRun) -> str:
+    """Where the run's files are, as MLflow's server with ``--serve-artifacts`` names them
+    (the client resolves it against the tracking URI: :mod:`.mlflow_artifacts`)."""
+    return f"mlflow-artifacts:/{artifact_path(run)}"
+
+
+def artifact_location(experiment_id) -> str:
+    return f"mlflow-artifacts:/{experiment_id}"
 
 
 def experiment(exp: MlflowExperiment) -> dict:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -38,9 +39,12 @@ from opdweb.jobs import live
 from opdweb.jobs.models import Job, JobState
 from opdweb.refusals import Refused
 from opdweb.runs.metric_map import ESS_KEYS
+from opdweb.runs.mlflow_errors import invalid
 from opdweb.runs.mlflow_requests import MetricIn
-from opdweb.runs.models import Alert, AlertKind, RunLink, RunWatchState, WatchRule
+from opdweb.runs.mlflow_shapes import artifact_path, artifact_uri
+from opdweb.runs.models import Alert, AlertKind, MlflowRun, RunLink, RunWatchState, WatchRule
 from opdweb.teams import audit
+from workers.science.checkpoints.uri import BadURI, clean_key
 from workers.science.kinds import Kind
 from workers.science.verdicts import OVER_FOR_CONSECUTIVE_STEPS, budget_at
 
@@ -254,11 +258,32 @@ def latest_checkpoint(job: Job, link: RunLink) -> str:
     """The checkpoint the run's ``opdweb.latest_checkpoint`` tag names (a path, an ``s3://``
     URI, or one of the run's own uploaded folders: ``mlflow-artifacts:/...``, which is
     where the artifact store keeps it), else the approved one."""
-    from opdweb.runs.mlflow_artifacts import as_checkpoint
-
     tagged = (job.config.get("tags", {}).get(LATEST_CHECKPOINT_TAG) or "").strip()
     run = getattr(job, "mlflow_run", None)
     return (as_checkpoint(run, tagged) if run is not None else tagged) if tagged else link.checkpoint
+
+
+def as_checkpoint(run: MlflowRun, value: str) -> str:
+    """A checkpoint the run names: one of its own uploaded folders (``mlflow-artifacts:/...``
+    as its ``artifact_uri`` gives, or a path relative to its artifacts) becomes where the
+    artifact store keeps it (``s3://...`` on a cluster: a worker fetches it from there, no
+    disk shared); any other value is returned as it is (a path or an ``s3://`` URI, checked
+    by the sandbox like every config's)."""
+    own = artifact_uri(run)
+    if value.startswith("mlflow-artifacts:"):
+        if value != own and not value.startswith(own + "/"):
+            raise invalid(f"{value!r} is not among this run's files ({own}/...)")
+        relative = value[len(own):]
+    elif value.startswith("artifacts/"):
+        relative = value[len("artifacts"):]
+    else:
+        return value
+    try:
+        key = clean_key(relative)
+    except BadURI as exc:
+        raise invalid(f"{value!r}: {exc}") from None
+    root = str(settings.OPDWEB_ARTIFACT_ROOT).rstrip("/")
+    return f"{root}/{artifact_path(run)}/{key}" if key else f"{root}/{artifact_path(run)}"
 
 
 def lineage(budget: MismatchBudget):
