@@ -146,3 +146,51 @@ def test_a_store_that_is_down_fails_fast_as_unavailable(s3_server, s3_bucket, mo
     with pytest.raises(StoreUnavailable):
         s3.ping()
     assert time.monotonic() - started < 60  # connect timeouts and retries, never a hang
+
+
+def _answering(status: int, code: str):
+    """An HTTP server that answers every request with S3's error document ``code``: a store
+    failing (5xx) or refusing (4xx) in a way a real one cannot be made to on demand."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = f'<?xml version="1.0"?><Error><Code>{code}</Code><Message>{code}</Message></Error>'.encode()
+
+    class Answer(BaseHTTPRequestHandler):
+        def _answer(self):
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_PUT = do_HEAD = do_POST = _answer
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize(("status", "code", "unavailable"), [
+    (500, "InternalError", True), (503, "SlowDown", True), (403, "AccessDenied", False)])
+def test_a_store_that_fails_is_unavailable_and_one_that_refuses_is_not(monkeypatch, status, code, unavailable):
+    from botocore.exceptions import ClientError
+
+    server = _answering(status, code)
+    try:
+        monkeypatch.setenv("S3_ENDPOINT_URL", f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+        s3._client.cache_clear()
+        store = store_at("s3://bucket/root")
+        with pytest.raises(StoreUnavailable if unavailable else ClientError, match=code):
+            with store.open("model.safetensors") as fh:
+                fh.read()
+        with pytest.raises(StoreUnavailable if unavailable else ClientError, match=code):
+            store.list()
+    finally:
+        server.shutdown()
+        s3._client.cache_clear()

@@ -39,8 +39,10 @@ def client(quick: bool = False):
 
 @contextmanager
 def _reaching(uri) -> Iterator[None]:
-    """Connection failures of the store as :class:`StoreUnavailable` (a fetch may try
-    again later); refusals (no such bucket, wrong keys) as they are."""
+    """Connection failures of the store, and its own errors (5xx: a store still starting
+    after a restart answers InternalError for a while), as :class:`StoreUnavailable` (a
+    fetch may try again later); refusals (no such bucket, wrong keys) as they are."""
+    from botocore.exceptions import ClientError
     from botocore.exceptions import ConnectionError as BotoConnectionError
     from botocore.exceptions import ReadTimeoutError, ResponseStreamingError
     from urllib3.exceptions import HTTPError as Urllib3Error
@@ -51,6 +53,14 @@ def _reaching(uri) -> Iterator[None]:
         if isinstance(exc, StoreUnavailable):
             raise
         raise StoreUnavailable(f"the object store of {uri} is out of reach: {exc}") from exc
+    except ClientError as exc:
+        if _status(exc) < 500:
+            raise
+        raise StoreUnavailable(f"the object store of {uri} failed: {exc}") from exc
+
+
+def _status(exc) -> int:
+    return int(getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
 
 
 def ping(bucket: str | None = None) -> None:
