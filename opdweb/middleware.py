@@ -7,6 +7,7 @@ from django.http import HttpResponseBadRequest, JsonResponse
 from django.urls import Resolver404, resolve
 
 ARTIFACTS = "/mlflow/api/2.0/mlflow-artifacts/"
+WANDB_UPLOADS = "/wandb/upload/"
 
 
 class RequestSizeLimit:
@@ -15,10 +16,12 @@ class RequestSizeLimit:
 
     def __call__(self, request):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        if request.path.startswith(ARTIFACTS):
+        if request.path.startswith((ARTIFACTS, WANDB_UPLOADS)):
             own = settings.OPDWEB_ARTIFACT_MAX_BYTES  # a file, streamed to the store by the view
         elif request.path.startswith("/mlflow/"):
             own = settings.MLFLOW_MAX_REQUEST_BYTES
+        elif request.path.startswith("/wandb/"):
+            own = settings.WANDB_MAX_REQUEST_BYTES
         else:
             own = _declared_limit(request)
         if own is not None:
@@ -62,6 +65,8 @@ def _declared_limit(request) -> int | None:
 def too_large(request, detail: str) -> JsonResponse:
     if request.path.startswith("/mlflow/"):  # MLflow's clients read MLflow's error shape
         return JsonResponse({"error_code": "INVALID_PARAMETER_VALUE", "message": detail}, status=413)
+    if request.path.startswith("/wandb/"):  # W&B's clients print errors[0].message
+        return JsonResponse({"errors": [{"message": detail}]}, status=413)
     return JsonResponse({"detail": detail, "errors": []}, status=413)
 
 
@@ -89,6 +94,8 @@ class RefuseNulCharacters:
                     detail = f"{what} {name!r} contains a NUL character"
                     if request.path.startswith("/mlflow/"):  # MLflow's error shape for its clients
                         return JsonResponse({"error_code": "INVALID_PARAMETER_VALUE", "message": detail}, status=400)
+                    if request.path.startswith("/wandb/"):
+                        return JsonResponse({"errors": [{"message": detail}]}, status=400)
                     if request.path.startswith("/api/"):
                         errors = [{"field": name, "message": "contains a NUL character"}]
                         return JsonResponse({"detail": detail, "errors": errors}, status=400)

@@ -176,6 +176,9 @@ STORAGES = {
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=256 * 1024)
 # Under /mlflow/, MLflow's own limit on a request instead (MAX_BATCH_LOG_REQUEST_SIZE, 1 MB).
 MLFLOW_MAX_REQUEST_BYTES = env.int("MLFLOW_MAX_REQUEST_BYTES", default=1_000_000)
+# The largest W&B request (GraphQL or file stream): the wandb client sends at most 10 MiB
+# of file stream at once.
+WANDB_MAX_REQUEST_BYTES = env.int("WANDB_MAX_REQUEST_BYTES", default=12 * 1024 * 1024)
 # POST /api/runs/<id>/points (the native client's batches, up to 100,000 points) instead.
 RUN_POINTS_MAX_REQUEST_BYTES = env.int("RUN_POINTS_MAX_REQUEST_BYTES", default=8_000_000)
 # A job config above this many bytes of JSON is refused (400) even if the body fits.

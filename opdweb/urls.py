@@ -29,6 +29,8 @@ urlpatterns = [
     path("tokens/", include("opdweb.tokens.urls")),
     # MLflow's tracking API, for trainers' MLflow loggers (MLFLOW_TRACKING_URI=<here>/mlflow).
     path("mlflow/", include("opdweb.runs.urls")),
+    # W&B's API, for trainers' wandb clients (WANDB_BASE_URL=<here>/wandb).
+    path("wandb/", include("opdweb.runs.wandb_urls")),
     path("runs/", include("opdweb.runs.page_urls")),
     path("status/", health.status_page, name="status"),
     path("healthz", health.healthz, name="healthz"),

@@ -91,22 +91,29 @@ def do_start_run(token: ApiToken, *, experiment_id: str, user_id: str, start_tim
     """A new run: an ``external`` job of the token's team, running, with the run's tags
     (its params come with its batches)."""
     tag_map = dict(tags)
-    name = run_name or tag_map.get(RUN_NAME_TAG, "")
-    run_id = uuid.uuid4().hex
-    name = name or f"run {run_id[:8]}"
-    tag_map.setdefault(RUN_NAME_TAG, name)
     with transaction.atomic():
         exp = experiment_by_id(token, experiment_id, make_default=True)
-        config = {"mlflow": {"experiment_id": str(exp.pk), "experiment": exp.name, "run_id": run_id},
-                  "params": {}, "tags": tag_map}
-        job = Job.open_external(team=token.team, user=token.user, name=name, config=config)
-        run = MlflowRun.objects.create(job=job, experiment=exp, run_id=run_id,
-                                       user_id=user_id or tag_map.get(USER_TAG, ""),
-                                       start_time=start_time if start_time is not None else _now_ms(), token=token)
-        audit.record(token.team, token.user, audit.RUN_STARTED,
-                     f"started external run #{job.pk} ({name}) in experiment {exp.name!r} with token {token.name!r}",
-                     subject="job", subject_id=job.pk, kind=job.kind, run_id=run_id)
-        linking.do_link(job, tag_map)
+        return start_run_in(token, exp, run_name=run_name or tag_map.get(RUN_NAME_TAG, ""),
+                            user_id=user_id or tag_map.get(USER_TAG, ""), tags=tag_map, start_time=start_time)
+
+
+def start_run_in(token: ApiToken, exp: MlflowExperiment, *, run_name: str, user_id: str, tags: dict[str, str],
+                 start_time: int | None = None, extra_config: dict | None = None) -> MlflowRun:
+    """A new run in ``exp`` (inside the caller's transaction), linked if its tags name an
+    approval; ``extra_config`` is kept in its job's config beside MLflow's."""
+    run_id = uuid.uuid4().hex
+    name = run_name or f"run {run_id[:8]}"
+    tag_map = {**tags}
+    tag_map.setdefault(RUN_NAME_TAG, name)
+    config = {"mlflow": {"experiment_id": str(exp.pk), "experiment": exp.name, "run_id": run_id},
+              "params": {}, "tags": tag_map, **(extra_config or {})}
+    job = Job.open_external(team=token.team, user=token.user, name=name, config=config)
+    run = MlflowRun.objects.create(job=job, experiment=exp, run_id=run_id, user_id=user_id,
+                                   start_time=start_time if start_time is not None else _now_ms(), token=token)
+    audit.record(token.team, token.user, audit.RUN_STARTED,
+                 f"started external run #{job.pk} ({name}) in experiment {exp.name!r} with token {token.name!r}",
+                 subject="job", subject_id=job.pk, kind=job.kind, run_id=run_id)
+    linking.do_link(job, tag_map)
     transaction.on_commit(lambda: live.publish_state(job))
     return run
 
@@ -167,6 +174,12 @@ def _refuse_reserved(keys: Iterable[str]) -> None:
     if reserved is not None:
         raise errors.invalid(f"metric {reserved[:200]!r}: keys under {RESERVED_PREFIX!r} are the product's own "
                              "(derived from what the run logs); nothing was written")
+
+
+def write_series(job: Job, series: list[KeyPoints]) -> int:
+    """Points of a run whose row the caller holds, each once, its link's multiple derived
+    and its watch rules applied; returns the points written."""
+    return _write_points(job, job_link(job), series)
 
 
 def _write_points(job: Job, link: RunLink | None, series: list[KeyPoints]) -> int:

@@ -122,3 +122,49 @@ class RunWatchState(models.Model):
     last_point_at = models.DateTimeField(null=True)
     #: rule kind -> the Alert id now open (holding, not yet recovered)
     holding = models.JSONField(default=dict)
+
+
+class WandbRun(models.Model):
+    """The W&B face of an MLflow-shaped run (a trainer logging with the ``wandb`` client,
+    :mod:`.wandb_graphql`): its W&B id in its project (the run's experiment), its display
+    name, group, tags and notes, its config and summary as W&B keeps them, and how many
+    lines of each file-stream file it has sent (a resumed run carries on from there)."""
+
+    run = models.OneToOneField(MlflowRun, on_delete=models.CASCADE, related_name="wandb")
+    experiment = models.ForeignKey(MlflowExperiment, on_delete=models.PROTECT, related_name="wandb_runs")
+    name = models.CharField(max_length=128, help_text="the run's W&B id, unique in its project")
+    group = models.CharField(max_length=128, blank=True)
+    job_type = models.CharField(max_length=64, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    notes = models.TextField(blank=True)
+    #: W&B's config: {key: {"value": ..., "desc": ...}}, "_wandb" included.
+    config = models.JSONField(default=dict, blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+    history_lines = models.PositiveIntegerField(default=0)
+    events_lines = models.PositiveIntegerField(default=0)
+    output_lines = models.PositiveIntegerField(default=0)
+    #: The last history / system-metrics line received, as sent (a resume reads ``_step`` and ``_runtime`` there).
+    history_tail = models.TextField(blank=True)
+    events_tail = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["experiment", "name"], name="one_wandb_run_per_project_id")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TrainerAlert(models.Model):
+    """An alert the run raised itself (``wandb.alert``), kept beside the product's own."""
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="trainer_alerts")
+    title = models.CharField(max_length=500)
+    text = models.TextField()
+    severity = models.CharField(max_length=10)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.severity} {self.title}"

@@ -41,12 +41,23 @@ def bearer_token(request) -> ApiToken | None:
     if scheme.lower() != "bearer" or not secret:
         raise unauthenticated(f"the Authorization header must be 'Bearer <token>' with an opdweb API token "
                               f"({PREFIX}…, made on /tokens/)")
+    return token_of_secret(secret)
+
+
+def token_of_secret(secret: str) -> ApiToken:
+    """The live token whose secret this is; raises :class:`Refused` (401 / 403) saying why
+    it is not accepted."""
     if not secret.startswith(PREFIX):
         raise unauthenticated(f"that is not an opdweb API token (they start with {PREFIX!r}; make one on /tokens/)")
+    return live_token(digest=digest_of(secret))
+
+
+def live_token(**lookup) -> ApiToken:
+    """The token ``lookup`` finds, with its owner's role in its team, if it is still good;
+    raises :class:`Refused` (401 / 403) saying why not."""
     # One query: the token, its owner, its team and the owner's role there (None: not in it).
     role = Membership.objects.filter(team=OuterRef("team"), user=OuterRef("user")).values("role")[:1]
-    token = (ApiToken.objects.select_related("user", "team").annotate(owner_role=Subquery(role))
-             .filter(digest=digest_of(secret)).first())
+    token = ApiToken.objects.select_related("user", "team").annotate(owner_role=Subquery(role)).filter(**lookup).first()
     if token is None:
         raise unauthenticated("unknown API token: no token has this secret (a typo, or one from another server?)")
     if token.is_revoked:
