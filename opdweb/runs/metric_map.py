@@ -34,6 +34,11 @@ PRIME_RL = "PrimeIntellect-ai/prime-rl src/prime_rl/trainer/rl/loss.py, train.py
 SLIME = "THUDM/slime slime/backends/megatron_utils/loss.py, model.py @624b824a898a"
 NEMO_RL = "NVIDIA-NeMo/RL nemo_rl/algorithms/loss/loss_functions.py, utils.py @7ea279abfbeb"
 TRL = "huggingface/trl trl/trainer/grpo_trainer.py @f2cd57710ae3"
+OPENRLHF = "OpenRLHF/OpenRLHF openrlhf/models/loss.py, trainer/ray/ppo_actor.py, logging_utils.py @3c3be6234e0c"
+TINKER = "thinking-machines-lab/tinker-cookbook tinker_cookbook/rl/metrics.py, rl/train.py @9dfcc3a2cf44"
+AREAL = "inclusionAI/AReaL areal/utils/functional/functional.py, trainer/ppo/actor.py @4aef98d8d818"
+SKYRL = "NovaSky-AI/SkyRL skyrl/train/trainer.py @a9564572eb8e"
+VERL_V1 = "verl-project/verl verl/trainer/ppo/v1/trainer_base.py @1dda039b9c63"
 
 METRICS: tuple[TrainerMetric, ...] = (
     TrainerMetric("verl", "rollout_corr/k3_kl", "k3", True,
@@ -64,6 +69,30 @@ METRICS: tuple[TrainerMetric, ...] = (
                   "mean |old_per_token_logps - sampling_per_token_logps| over completion tokens: not a KL", TRL),
     TrainerMetric("trl", "sampling/sampling_logp_difference/max", "max |d|", False,
                   "the largest absolute logprob difference of the step", TRL),
+    # The trainers that log to W&B only (their keys as the wandb client sends them).
+    TrainerMetric("openrlhf", "train/vllm_kl", "k1", True,
+                  "masked_mean(rollout_log_probs - old_log_probs) over the response tokens, pooled by token count "
+                  "across micro-batches and ranks: mean d. Logged only with vLLM IS correction and the ppo policy "
+                  "loss", OPENRLHF),
+    TrainerMetric("tinker", "optim/kl_sample_train_v1", "k1", True,
+                  "mean(sampling_logprobs - training_logprobs) over all action tokens: mean d (with num_substeps > 1 "
+                  "later sub-batches also carry the optimizer's own drift)", TINKER),
+    TrainerMetric("tinker", "optim/kl_sample_train_v2", "k2", False,
+                  "0.5 * mean(d^2): the k2 estimator, equal to k3 only to second order", TINKER),
+    TrainerMetric("areal", "ppo_actor/update/behave_approx_kl/avg", "-k1", False,
+                  "mean(proximal_logprobs - behaviour logprobs) over the tokens rejection sampling kept: -d, with "
+                  "the staleness between the behaviour and proximal policies mixed in (0 without the decoupled "
+                  "loss); logged only with rejection_sampling set", AREAL),
+    TrainerMetric("skyrl", "policy/rollout_train_logprobs_abs_diff_mean", "mean |d|", False,
+                  "mean |rollout_logprobs - action_log_probs| over the loss-masked tokens: not a KL", SKYRL),
+    TrainerMetric("skyrl", "policy/rollout_train_logprobs_abs_diff_max", "max |d|", False,
+                  "the largest absolute logprob difference of the step", SKYRL),
+    TrainerMetric("verl", "training/off_policy/trajectory_staleness/mean", "staleness", False,
+                  "(global_steps - 1) - the newest weight version a trajectory was generated with, a mean over the "
+                  "batch's trajectories: the staleness the run actually saw, in weight versions (0: current "
+                  "weights); not a mismatch metric, to set beside the config's staleness", VERL_V1),
+    TrainerMetric("verl", "training/off_policy/trajectory_staleness_worst/max", "staleness", False,
+                  "(global_steps - 1) - the oldest weight version any trajectory of the batch used", VERL_V1),
 )
 
 BY_KEY: dict[str, TrainerMetric] = {m.key: m for m in METRICS}

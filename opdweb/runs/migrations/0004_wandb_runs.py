@@ -5,48 +5,66 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0002_child_jobs'),
-        ('runs', '0003_watch'),
+        ("jobs", "0002_child_jobs"),
+        ("runs", "0003_watch"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='TrainerAlert',
+            name="TrainerAlert",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('title', models.CharField(max_length=500)),
-                ('text', models.TextField()),
-                ('severity', models.CharField(max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='trainer_alerts', to='jobs.job')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("title", models.CharField(max_length=500)),
+                ("text", models.TextField()),
+                ("severity", models.CharField(max_length=10)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="trainer_alerts", to="jobs.job"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='WandbRun',
+            name="WandbRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text="the run's W&B id, unique in its project", max_length=128)),
-                ('group', models.CharField(blank=True, max_length=128)),
-                ('job_type', models.CharField(blank=True, max_length=64)),
-                ('tags', models.JSONField(blank=True, default=list)),
-                ('notes', models.TextField(blank=True)),
-                ('config', models.JSONField(blank=True, default=dict)),
-                ('summary', models.JSONField(blank=True, default=dict)),
-                ('history_lines', models.PositiveIntegerField(default=0)),
-                ('events_lines', models.PositiveIntegerField(default=0)),
-                ('output_lines', models.PositiveIntegerField(default=0)),
-                ('history_tail', models.TextField(blank=True)),
-                ('events_tail', models.TextField(blank=True)),
-                ('experiment', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='wandb_runs', to='runs.mlflowexperiment')),
-                ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='wandb', to='runs.mlflowrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(help_text="the run's W&B id, unique in its project", max_length=128)),
+                ("group", models.CharField(blank=True, max_length=128)),
+                ("job_type", models.CharField(blank=True, max_length=64)),
+                ("tags", models.JSONField(blank=True, default=list)),
+                ("notes", models.TextField(blank=True)),
+                ("config", models.JSONField(blank=True, default=dict)),
+                ("summary", models.JSONField(blank=True, default=dict)),
+                ("history_lines", models.PositiveIntegerField(default=0)),
+                ("events_lines", models.PositiveIntegerField(default=0)),
+                ("output_lines", models.PositiveIntegerField(default=0)),
+                ("history_tail", models.TextField(blank=True)),
+                ("events_tail", models.TextField(blank=True)),
+                (
+                    "experiment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="wandb_runs",
+                        to="runs.mlflowexperiment",
+                    ),
+                ),
+                (
+                    "run",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="wandb", to="runs.mlflowrun"
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('experiment', 'name'), name='one_wandb_run_per_project_id')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("experiment", "name"), name="one_wandb_run_per_project_id")
+                ],
             },
         ),
     ]

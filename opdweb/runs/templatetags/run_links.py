@@ -72,3 +72,22 @@ def run_files_of(job) -> list:
 
     run = getattr(job, "mlflow_run", None) if job.kind == Kind.EXTERNAL else None
     return files_of(run)[:500] if run is not None else []
+
+
+@register.simple_tag
+def wandb_run_of(job) -> dict | None:
+    """What a run logged with the ``wandb`` client shows on its page: its W&B id and project,
+    group, tags, notes, config (W&B's own ``_wandb`` key left out), summary (``_`` keys left
+    out) and its own alerts (``wandb.alert``); None for other jobs."""
+    from opdweb.runs.models import TrainerAlert, WandbRun
+
+    if job.kind != Kind.EXTERNAL:
+        return None
+    wb = WandbRun.objects.select_related("experiment").filter(run__job=job).first()
+    if wb is None:
+        return None
+    config = sorted((k, v.get("value") if isinstance(v, dict) else v) for k, v in wb.config.items()
+                    if not k.startswith("_"))
+    summary = sorted((k, v) for k, v in wb.summary.items() if not k.startswith("_"))
+    return {"run": wb, "config": config[:500], "summary": summary[:500],
+            "alerts": list(TrainerAlert.objects.filter(job=job)[:100])}

@@ -42,9 +42,8 @@ def _reaching(uri) -> Iterator[None]:
     """Connection failures of the store, and its own errors (5xx: a store still starting
     after a restart answers InternalError for a while), as :class:`StoreUnavailable` (a
     fetch may try again later); refusals (no such bucket, wrong keys) as they are."""
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import ClientError, ReadTimeoutError, ResponseStreamingError
     from botocore.exceptions import ConnectionError as BotoConnectionError
-    from botocore.exceptions import ReadTimeoutError, ResponseStreamingError
     from urllib3.exceptions import HTTPError as Urllib3Error
 
     try:
