@@ -112,22 +112,29 @@ def json_safe(value):
     return value
 
 
+#: Where a W&B run may name its approval: the link tags' short names, and the field names of
+#: the provenance the JSON / YAML exports carry under ``opdweb`` (a trainer that logs its
+#: loaded config to W&B sends them as they are).
+_CONFIG_NAMES = {linking.APPROVAL_TAG: ("approval", "approval_id"), linking.CONFIG_HASH_TAG: ("config_hash",),
+                 linking.CHECKPOINT_TAG: ("checkpoint",)}
+
+
 def link_tags(tags: list[str], config: dict) -> dict[str, str]:
     """The link tags (:mod:`.linking`) a W&B run carries: a tag ``opdweb.approval=12`` (or
-    ``:``), or a config value ``opdweb.approval`` (flat, or ``{"opdweb": {"approval": 12}}``);
-    the same for ``opdweb.config_hash`` and ``opdweb.checkpoint``."""
+    ``:``; ``WANDB_TAGS`` sets them for any trainer), a flat config value ``opdweb.approval``,
+    or a config ``opdweb`` holding ``approval`` / ``approval_id``, ``config_hash`` and
+    ``checkpoint`` (an export's provenance); the same for the hash and the checkpoint.  A
+    tag wins over the config."""
     found: dict[str, str] = {}
-    for key in linking.LINK_TAGS:
-        short = key.split(".", 1)[1]
-        nested = config.get("opdweb", {}).get("value") if isinstance(config.get("opdweb"), dict) else None
-        for value in (config.get(key, {}).get("value") if isinstance(config.get(key), dict) else None,
-                      nested.get(short) if isinstance(nested, dict) else None):
+    opdweb = config.get("opdweb", {}).get("value") if isinstance(config.get("opdweb"), dict) else None
+    for key, names in _CONFIG_NAMES.items():
+        values = [config[key].get("value") if isinstance(config.get(key), dict) else None]
+        if isinstance(opdweb, dict):
+            values += [opdweb.get(name) for name in names]
+        values += [tag[len(key) + 1:] for tag in tags if tag.startswith((key + "=", key + ":"))]
+        for value in values:
             if value is not None and value != "":
                 found[key] = str(value)
-        for tag in tags:
-            for sep in ("=", ":"):
-                if tag.startswith(key + sep):
-                    found[key] = tag[len(key) + 1:]
     return found
 
 

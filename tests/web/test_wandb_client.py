@@ -150,17 +150,50 @@ def test_a_slime_run_linked_by_a_tag_lands_once_and_its_proxy_raises_nothing(wor
     _, key = do_create_token(user=world.member, team=world.team, name="slime", can_write=True)
     steps = [[step, {"train/train_rollout_logprob_abs_diff": 0.5 + step / 10, "train/loss": 2.0 - step / 100,
                      "rollout/response_len/mean": 512}] for step in range(0, 40)]
-    plan = {"init": {"project": "slime-opd", "tags": [f"opdweb.approval={world.approval.pk}"], "settings": FAST},
-            "steps": steps, "print": "rollout 39 done"}
-    done = train(tmp_path, server, key, plan | {"init": {**plan["init"], "settings": {**FAST, "console": "auto"}}})
+    plan = {"init": {"project": "slime-opd", "settings": {**FAST, "console": "auto"}}, "steps": steps,
+            "print": "rollout 39 done"}
+    # slime's own wandb.init takes no tags from its flags: WANDB_TAGS, as the approval page says
+    done = train(tmp_path, server, key, plan, WANDB_TAGS=f"opdweb.approval={world.approval.pk},fp8")
     wb = WandbRun.objects.get(name=done.stdout.split()[0])
     job = wb.run.job
+    assert wb.tags == [f"opdweb.approval={world.approval.pk}", "fp8"]
     assert RunLink.objects.get(job=job).approval_id == world.approval.pk
     counted = points_of(job)
     assert set(counted) == {(key, step) for step, metrics in steps for key in metrics}  # no multiple: a proxy
     assert set(counted.values()) == {1}
     assert not Alert.objects.filter(job=job).exists()
     assert any("rollout 39 done" in e.message for e in job.log_entries.all())  # console output in the job log
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_whose_wandb_config_is_the_approved_yaml_export_is_linked_by_its_provenance(
+        world, start_asgi_server, tmp_path):
+    import yaml
+
+    exported = world.client(world.member).post(f"/approvals/{world.approval.pk}/export/yaml/")
+    assert exported.status_code == 200
+    config = yaml.safe_load(exported.content)  # what a trainer loading the file logs as its config
+    assert config["opdweb"]["approval_id"] == world.approval.pk and config["opdweb"]["config_hash"]
+    server = start_asgi_server(OPDWEB_MODEL_ROOTS=str(tmp_path / "models"))
+    _, key = do_create_token(user=world.member, team=world.team, name="trainer", can_write=True)
+    done = train(tmp_path, server, key, {"init": {"project": "p", "config": config, "settings": FAST},
+                                         "steps": [[1, prime_rl_step(1)]]})
+    job = WandbRun.objects.get(name=done.stdout.split()[0]).run.job
+    assert RunLink.objects.get(job=job).approval_id == world.approval.pk
+    assert values_of(job)[(MULTIPLE_KEY, 1)] == pytest.approx(21.5)
+
+
+def test_link_tags_are_read_from_tags_flat_config_values_and_an_exports_provenance():
+    from opdweb.runs.wandb_actions import link_tags
+
+    assert link_tags(["fp8", "opdweb.approval=12", "opdweb.checkpoint:/m/s"], {}) == {
+        "opdweb.approval": "12", "opdweb.checkpoint": "/m/s"}
+    assert link_tags([], {"opdweb.config_hash": {"value": "abcdef012345"}, "lr": {"value": 1}}) == {
+        "opdweb.config_hash": "abcdef012345"}
+    assert link_tags([], {"opdweb": {"value": {"approval_id": 7, "config_hash": "ab" * 32, "checkpoint": "/m"}}}) == {
+        "opdweb.approval": "7", "opdweb.config_hash": "ab" * 32, "opdweb.checkpoint": "/m"}
+    assert link_tags(["opdweb.approval=3"], {"opdweb": {"value": {"approval": 4}}}) == {"opdweb.approval": "3"}
+    assert link_tags(["opdweb.approvals=3", "x=opdweb.approval=1"], {"opdweb": {"value": "12"}}) == {}
 
 
 @pytest.mark.django_db(transaction=True)
