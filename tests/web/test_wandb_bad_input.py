@@ -187,3 +187,18 @@ def test_an_upload_url_that_is_forged_or_for_a_revoked_token_is_refused(wandb_ap
     assert status == 401 and "revoked" in answer["errors"][0]["message"]
     with mlflow_artifacts.store().open(f"{mlflow_artifacts.run_prefix(run)}/wandb/a.txt") as fh:
         assert fh.read() == b"hello"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_run_link_the_client_prints_opens_the_runs_page_for_its_team_only(wandb_api, member, client, outsider):
+    from opdweb.runs.models import WandbRun
+
+    user, team = member
+    job = WandbRun.objects.get(name="r1").run.job
+    link = f"/wandb/{team.slug}/p/runs/r1"
+    assert client.get(link).status_code == 302 and "/login/" in client.get(link)["Location"]
+    client.force_login(user)
+    assert client.get(link)["Location"] == f"/jobs/{job.pk}/"
+    assert client.get(f"/wandb/{team.slug}/p/runs/nosuchrun").status_code == 404
+    client.force_login(outsider)
+    assert client.get(link).status_code == 404
