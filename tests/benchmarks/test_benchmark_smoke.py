@@ -72,6 +72,8 @@ SMOKE: dict[str, Smoke] = {
                                   (pytest.mark.faults,)),
     "bench_job_page.py": Smoke(("--keys", "2", "--steps", "1000", "--reps", "1", "--returning", "1", "--database",
                                 "{database}"), r"returning +1 ", (BROWSER,)),
+    "bench_wandb_ingest.py": Smoke(("--keys", "2", "--steps", "200", "--reps", "1", "--database", "{database}"),
+                                   r"\| into the product \| .*\n\| offline \(its local files\) \|"),
     # The checkpoint cache against a real SeaweedFS, on the toy student.
     "bench_checkpoint_fetch.py": Smoke(("--model", f"{TOY}/student", "--reps", "1"),
                                        r"\| cold fetch \(S3 -> cache, verified\) \|"),
