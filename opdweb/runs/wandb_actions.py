@@ -13,7 +13,7 @@ import json
 import math
 import uuid
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from opdweb.jobs import live
@@ -154,6 +154,17 @@ def do_upsert(token: ApiToken, data: dict) -> tuple[WandbRun, bool]:
     tags = data.get("tags")
     if tags is not None and (len(tags) > MAX_TAGS or any(len(t) > MAX_TAG_LENGTH for t in tags)):
         raise WandbRefused(f"a run has at most {MAX_TAGS} tags of at most {MAX_TAG_LENGTH} characters each")
+    try:
+        return _upsert(token, entity, project_name, name, display=display, group=group, job_type=job_type,
+                       notes=notes, config=config, summary=summary, tags=tags)
+    except IntegrityError:  # two upserts made the same new run at once: the other one's is there now
+        return _upsert(token, entity, project_name, name, display=display, group=group, job_type=job_type,
+                       notes=notes, config=config, summary=summary, tags=tags)
+
+
+def _upsert(token: ApiToken, entity: str | None, project_name: str, name: str, *, display: str, group: str,
+            job_type: str, notes: str, config: dict | None, summary: dict | None, tags: list[str] | None
+            ) -> tuple[WandbRun, bool]:
     with transaction.atomic():
         wb = run_in(token, entity, project_name, name, lock=True)
         inserted = wb is None

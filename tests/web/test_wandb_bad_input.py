@@ -202,3 +202,30 @@ def test_the_run_link_the_client_prints_opens_the_runs_page_for_its_team_only(wa
     assert client.get(f"/wandb/{team.slug}/p/runs/nosuchrun").status_code == 404
     client.force_login(outsider)
     assert client.get(link).status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stop_run_asks_the_run_to_stop_through_its_file_stream(wandb_api):
+    stopped = "query { project(name: \"p\") { run(name: \"r1\") { stopped } } }"
+    status, answer = wandb_api.graphql(UPSERT, name="r1", project="p")
+    storage_id = answer["data"]["upsertBucket"]["bucket"]["id"]
+    assert wandb_api.graphql(stopped)[1]["data"]["project"]["run"]["stopped"] is False
+    assert wandb_api.stream("r1", history(0, {"_step": 0, "a": 1}))[1]["stopped"] is False
+    status, answer = wandb_api.graphql('mutation S($id: ID!) { stopRun(input: {id: $id}) { success } }',
+                                       id=storage_id)
+    assert status == 200 and answer["data"]["stopRun"]["success"] is True, answer
+    assert wandb_api.graphql(stopped)[1]["data"]["project"]["run"]["stopped"] is True
+    assert wandb_api.stream("r1", history(1, {"_step": 1, "a": 2}))[1]["stopped"] is True
+    status, answer = wandb_api.graphql('mutation { stopRun(input: {id: "opdweb-run-nosuch"}) { success } }')
+    assert "no run" in answer["errors"][0]["message"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_upserts_of_one_new_run_at_once_make_one_run(wandb_api):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: wandb_api.graphql(UPSERT, name="raced", project="p2"), range(8)))
+    assert [status for status, _ in answers] == [200] * 8 and not any("errors" in a for _, a in answers), answers
+    assert sum(a["data"]["upsertBucket"]["inserted"] for _, a in answers) == 1
+    assert WandbRun.objects.filter(name="raced").count() == 1

@@ -202,12 +202,19 @@ def test_resume_must_continues_an_ended_run_and_offline_then_sync_gives_the_same
     user, team = member
     server = start_asgi_server()
     _, key = do_create_token(user=user, team=team, name="trainer", can_write=True)
-    first = [[None, {"reward": step / 10, "kl": 0.001 * step}] for step in range(5)]
+    # Steps counted by the client; "kl" sent with commit=False joins the next committed step.
+    first = [row for step in range(5) for row in ([None, {"kl": 0.001 * step}, False],
+                                                   [None, {"reward": step / 10, "note": "text"}])]
     run_id = train(tmp_path, server, key, {"init": {"project": "p", "id": "resumed1", "settings": FAST},
+                                           "define_metric": [["reward", {"summary": "max"}]],
                                            "steps": first}).stdout.split()[0]
     assert run_id == "resumed1"
-    job = WandbRun.objects.get(name=run_id).run.job
+    wb = WandbRun.objects.get(name=run_id)
+    job = wb.run.job
     assert job.state == JobState.SUCCEEDED
+    assert sorted(points_of(job)) == [(k, s) for k in ("kl", "reward") for s in range(5)]  # "note" is no series
+    assert values_of(job)[("kl", 3)] == pytest.approx(0.003)
+    assert wb.summary["reward"] == {"max": 0.4}  # define_metric's summary, as the client computed it
     more = [[None, {"reward": 1 + step / 10}] for step in range(3)]
     train(tmp_path, server, key, {"init": {"project": "p", "id": "resumed1", "resume": "must", "settings": FAST},
                                   "steps": more}, check=True)
@@ -215,6 +222,9 @@ def test_resume_must_continues_an_ended_run_and_offline_then_sync_gives_the_same
     assert job.state == JobState.SUCCEEDED and WandbRun.objects.filter(name="resumed1").count() == 1
     assert sorted(s for k, s in points_of(job) if k == "reward") == list(range(8))  # the client went on at step 5
     assert values_of(job)[("reward", 6)] == pytest.approx(1.1)
+    train(tmp_path, server, key, {"init": {"project": "p", "id": "resumed1", "resume": "allow", "settings": FAST},
+                                  "steps": [[None, {"reward": 2.0}]]})
+    assert values_of(job)[("reward", 8)] == 2.0
     assert set(points_of(job).values()) == {1}
     missing = train(tmp_path, server, key, {"init": {"project": "p", "id": "nosuchrun", "resume": "must",
                                                      "settings": FAST}}, check=False)
