@@ -88,6 +88,16 @@ NOT_IN_MATRIX = {
     "mlflow/": "public: a page of script that reads the run link's fragment (test_mlflow_reading.py)",
     "mlflow/runs/<str:run_id>": "the run's team only, else 404, a login first (test_mlflow_reading.py)",
     "mlflow/experiments/<str:experiment_id>": "a redirect to the signed-in user's job list (test_mlflow_reading.py)",
+    "wandb/graphql": "trainers with a run token as the W&B key, not sessions; mutations read-write only "
+                     "(test_wandb_client.py, test_wandb_bad_input.py)",
+    "wandb/files/<str:entity>/<str:project>/<str:run>/file_stream": "a read-write token of the run's team "
+                                                                      "(test_wandb_client.py, test_wandb_bad_input.py)",
+    "wandb/upload/<str:signed>": "a URL signed for one run, file and token; the token still live and read-write "
+                                 "(test_wandb_bad_input.py)",
+    "wandb/<str:entity>/<str:project>/runs/<str:name>": "the run's team only, else 404, a login first "
+                                                        "(test_wandb_bad_input.py)",
+    "wandb/<str:entity>/<str:project>": "a redirect to the signed-in user's job list, a login first",
+    "wandb/<path:rest>": "public: a JSON 404, nothing served (test_wandb_bad_input.py)",
     "teams/<slug:slug>/budget-criterion/": "admins only (test_budget_zones_pages.py)",
     "runs/<int:job_id>/watch/": "members of the run's team (test_run_watch.py)",
     "runs/<int:job_id>/watch/clear/": "members of the run's team (test_run_watch.py)",
