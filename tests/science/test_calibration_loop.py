@@ -5,6 +5,7 @@ training itself is tested elsewhere (tests/science/test_training.py); here only 
 the sequential seeds, the bisection and the uninformative stop are under test."""
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import pytest
@@ -213,3 +214,27 @@ def test_a_source_that_is_not_a_deployed_mismatch_is_refused(student, teacher):
         calibration(student, teacher, transfer=[{"name": "n", "rollout": {"noise_sigma": 0.1}}])
     with pytest.raises(ValueError, match="names must be unique"):
         calibration(student, teacher, transfer=[TRANSFER_SOURCES[0], TRANSFER_SOURCES[0]])
+
+
+def test_progress_never_goes_back_while_rounds_add_seeds(student, teacher):
+    world = PlantedWorld(lambda m: 0.60 if m <= 42 else 0.55, two_noisy_seeds)
+    run_calibration(calibration(student, teacher, max_seeds=6, max_bisections=0), world)
+    fractions = [frac for frac, _ in world.progress_calls]
+    planned = [int(m.rsplit(" of ", 1)[1].split()[0]) for _, m in world.progress_calls if " planned)" in m]
+    assert len(set(planned)) > 2  # the plan grew round after round (the old done / planned fell each time)
+    assert all(a <= b for a, b in itertools.pairwise(fractions)), fractions
+    assert fractions[-1] == 1.0 and max(fractions[:-1]) <= 0.99
+
+
+def test_a_growing_plan_spreads_what_is_left_over_the_new_work():
+    from workers.science.reporting import GrowingPlan
+
+    plan = GrowingPlan()
+    plan.grow(6)
+    assert [round(plan.finished_one(), 4) for _ in range(5)] == [0.1667, 0.3333, 0.5, 0.6667, 0.8333]
+    plan.grow(6)  # 5 of 12 done: done / planned would fall to 0.4167
+    assert plan.fraction == pytest.approx(5 / 6)
+    assert plan.finished_one() == pytest.approx(5 / 6 + (1 / 6) * (1 / 7))  # 1 of the 7 left
+    for _ in range(6):
+        plan.finished_one()
+    assert plan.fraction == 0.99 and (plan.done, plan.planned) == (12, 12)  # the end is the caller's to report

@@ -28,6 +28,35 @@ class Reporter(Protocol):
         a run resumed from it logs only the steps after it, so the ones before must be stored."""
 
 
+class GrowingPlan:
+    """Progress over work whose plan grows as it runs (a calibration adds seeds and levels
+    as its results come in), as a fraction that never goes back: when work is added, the
+    part of the bar not yet filled is spread over everything still to do, so the bar slows
+    down instead of jumping back (``done / planned`` would fall from 5/6 to 6/12).  It stays
+    below ``ceiling`` until the caller reports the end itself."""
+
+    def __init__(self, ceiling: float = 0.99) -> None:
+        self.ceiling = ceiling
+        self.done = self.planned = 0
+        self._base = 0.0  # the fraction shown when the plan last grew
+        self._base_done = 0  # runs done then
+
+    def grow(self, runs: int) -> None:
+        self._base, self._base_done = self.fraction, self.done
+        self.planned += runs
+
+    def finished_one(self) -> float:
+        self.done += 1
+        return self.fraction
+
+    @property
+    def fraction(self) -> float:
+        span = self.planned - self._base_done
+        if span <= 0:
+            return self._base
+        return min(self.ceiling, self._base + (1 - self._base) * (self.done - self._base_done) / span)
+
+
 class NullReporter:
     """Discards everything; never asks to stop."""
 

@@ -42,7 +42,7 @@ from ..children import ChildJob, run_children
 from ..config import MAX_SEED, ConfigError, RolloutConfig
 from ..fingerprint import checkpoint_digest
 from ..kinds import Kind
-from ..reporting import NullReporter, Reporter
+from ..reporting import GrowingPlan, NullReporter, Reporter
 from ..results import MismatchReport
 from ..training.results import TrainingResult
 from .arithmetic import (
@@ -196,7 +196,7 @@ def _transfer_check(cfg: CalibrationJobConfig, ladder: "_Ladder") -> list[Transf
 class _Ladder:
     """A calibration's runs so far: the noise solved per target, the accuracies per level
     (``baseline``, ``10x``, ...), the baseline's start accuracies, and progress over every
-    run planned (rounds add runs, so the fraction counts them all)."""
+    run planned (rounds add runs: the bar slows down, it never goes back; :class:`GrowingPlan`)."""
 
     def __init__(self, cfg: CalibrationJobConfig, reporter: Reporter) -> None:
         self.cfg, self.reporter = cfg, reporter
@@ -205,16 +205,16 @@ class _Ladder:
         self.measured: dict[str, MismatchReport] = {}  # a transfer source's multiple, by child key
         self.accuracies: dict[str, list[float]] = {}
         self.starts: list[float] = []
-        self.done = self.planned = 0
+        self.plan = GrowingPlan()
 
     def seed_children(self, name: str, sigma: float, count: int) -> list[ChildJob]:
         have = len(self.accuracies.get(name, []))
         return [_train_child(self.cfg, name, sigma, s) for s in range(have, count)]
 
     def run(self, children: list[ChildJob]) -> None:
-        self.planned += len(children)
+        self.plan.grow(len(children))
         for child, result in run_children(self.reporter, children):
-            self.done += 1
+            fraction = self.plan.finished_one()
             if child.kind == Kind.NOISE_SOLVE:
                 self.solved[child.config["target_multiple"]] = result
                 message = f"{child.label}: {result.multiple:.3g}x at sigma {result.sigma:.3g}"
@@ -232,7 +232,7 @@ class _Ladder:
                     self.starts.append(result.start_accuracy)
                 self._trace(name)
                 message = f"{child.label}: accuracy {accuracy:.1%}"
-            self.reporter.progress(min(0.99, self.done / max(1, self.planned)), message)
+            self.reporter.progress(fraction, f"{message} (run {self.plan.done} of {self.plan.planned} planned)")
 
     def add_levels(self, targets: list[float]) -> None:
         self.order += targets
