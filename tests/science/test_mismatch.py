@@ -167,3 +167,20 @@ def test_a_long_batch_reports_its_progress_token_by_token(student):
     assert any(message.endswith("token 16/16") for _, message in within)
     fracs = [frac for frac, _ in rep.progress_calls]
     assert fracs == sorted(fracs)  # never backwards
+
+
+class StopMidBatch(RecordingReporter):
+    """Asks to stop once the first batch has decoded its first tokens (a cancel clicked mid-batch)."""
+
+    def should_stop(self) -> bool:
+        return any(", token " in message for _, message in self.progress_calls)
+
+
+def test_a_cancel_mid_batch_stops_at_the_next_token_step_not_the_batchs_end(student):
+    from workers.science.engines.hf.engine import PROGRESS_EVERY
+
+    reporter = StopMidBatch()
+    long_answers = {"ignore_eos": True, "max_new_tokens": 64}  # a batch of 64 decode steps
+    with pytest.raises(Cancelled, match=f"prompts 1-48, token {2 * PROGRESS_EVERY}"):
+        run_mismatch(job(student, prompts=96, noise_sigma=0.1, sampling=long_answers), reporter)
+    assert [m for _, m in reporter.progress_calls] == [f"BF16 reference: prompts 1-48 of 96, token {PROGRESS_EVERY}/64"]

@@ -175,6 +175,8 @@ class MeasurementSession:
                 hi = min(stop, lo + self.job.batch_size)
 
                 def decoded(t: int, steps: int, lo=lo, hi=hi) -> None:  # progress within a long batch
+                    if self.reporter.should_stop():  # a cancel is honoured at the next token, not the next batch
+                        raise Cancelled(f"cancelled while measuring {label} (prompts {lo + 1}-{hi}, token {t})")
                     done = (lo - start + (hi - lo) * t / max(1, steps)) / max(1, stop - start)
                     self.reporter.progress(frac[0] + (frac[1] - frac[0]) * done,
                                            f"{label}: prompts {lo + 1}-{hi} of {stop}, token {t}/{steps}")
