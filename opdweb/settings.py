@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "opdweb.registry",
     "opdweb.tokens",
     "opdweb.runs",
+    "opdweb.home",
 ]
 
 MIDDLEWARE = [

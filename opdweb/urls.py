@@ -1,11 +1,11 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, reverse_lazy
-from django.views.generic import RedirectView
 
 from opdweb.api import Api
 from opdweb.budgets import api as budgets_api
 from opdweb.health import views as health
+from opdweb.home import views as home_views
 from opdweb.jobs import api as jobs_api
 from opdweb.runs import api as runs_api
 from opdweb.tokens.authentication import authenticate_bearer
@@ -14,7 +14,7 @@ api = Api(title="opdweb", version="1", routes=[jobs_api.routes, budgets_api.rout
           bearer=authenticate_bearer)
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="jobs:list"), name="home"),
+    path("", home_views.home, name="home"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # An invited user's one-time link (teams.actions.do_invite_user): Django's password reset token.

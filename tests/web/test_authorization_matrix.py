@@ -70,7 +70,7 @@ ROWS = {
 }
 #: Routes outside the matrix, each with why and where its callers' rights are tested.
 NOT_IN_MATRIX = {
-    "": "public: a redirect to the job list (which asks for a login)",
+    "": "the signed-in person's home, across their own teams only; a login first (test_home_page.py)",
     "login/": "public: the login form (test_login_throttle.py)",
     "logout/": "public: ends whatever session there is",
     "set-password/<uidb64>/<token>/": "public: an invited user's one-time link (test_team_pages.py)",

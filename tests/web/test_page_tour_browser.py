@@ -52,7 +52,7 @@ def test_every_page_renders_without_errors(start_asgi_server, page, tmp_path, se
                                            created_by=user)
 
     pages = {
-        "jobs": "/jobs/", "new-job": "/jobs/new/", "admission-job": f"/jobs/{check.pk}/",
+        "home": "/", "jobs": "/jobs/", "new-job": "/jobs/new/", "admission-job": f"/jobs/{check.pk}/",
         "sensitivity-job": f"/jobs/{scan.pk}/", "compare-jobs": f"/jobs/compare/?ids={check.pk},{scan.pk}",
         "configs": "/configs/", "new-config": "/configs/new/", "config": f"/configs/{fp8.pk}/",
         "compare-configs": f"/configs/compare/?ids={bf16.pk},{fp8.pk}", "approvals": "/approvals/",
