@@ -22,7 +22,7 @@ from opdweb.refusals import Refused
 from opdweb.runs import actions, linking
 from opdweb.runs.actions import RUN_NAME_TAG
 from opdweb.runs.mlflow_requests import MAX_EXPERIMENT_NAME_LENGTH
-from opdweb.runs.models import MlflowExperiment, MlflowRun, TrainerAlert, WandbRun
+from opdweb.runs.models import MlflowExperiment, TrainerAlert, WandbRun
 from opdweb.runs.wandb_stream import StreamUpdate
 from opdweb.teams import audit
 from opdweb.tokens.models import ApiToken
@@ -34,7 +34,6 @@ MAX_TAGS = 100
 MAX_TAG_LENGTH = 256
 MAX_CONFIG_BYTES = actions.RUN_CONFIG_MAX_BYTES
 MAX_ALERTS_PER_RUN = 1000
-SEVERITIES = ("INFO", "WARN", "ERROR")
 
 
 class WandbRefused(Refused):
@@ -227,12 +226,15 @@ def do_stream(token: ApiToken, entity: str, project_name: str, name: str, update
         if console.lines:
             wb.output_lines = console.end
             fields.append("output_lines")
-            _log_console(job.pk, console.lines)
+            _log(job.pk, [("ERROR", line.removeprefix("ERROR ")) if line.startswith("ERROR ") else ("INFO", line)
+                          for line in console.lines])  # wandb-core marks stderr lines "ERROR "
         if update.summary is not None:
             wb.summary = json_safe(update.summary)
             fields.append("summary")
         if update.dropped:
-            _log_dropped(job.pk, update.dropped)
+            dropped = update.dropped
+            named = "; ".join(dropped[:5]) + (f" (and {len(dropped) - 5} more)" if len(dropped) > 5 else "")
+            _log(job.pk, [("WARNING", f"{len(dropped)} logged values not kept as points: {named}")])
         if fields:
             wb.save(update_fields=fields)
         if update.complete and not job.is_terminal:
@@ -244,23 +246,14 @@ def do_stream(token: ApiToken, entity: str, project_name: str, name: str, update
     return {"exitcode": None, "limits": {}, "stopped": job.cancel_requested}
 
 
-def _log_console(job_id: int, lines: list[str]) -> None:
+def _log(job_id: int, lines: list[tuple[str, str]]) -> None:
+    """``(level, message)`` lines into the job's log, sent to its open pages once committed."""
     from opdweb.jobs.models import JobLogEntry
 
     now = timezone.now()
-    entries = JobLogEntry.objects.bulk_create([
-        JobLogEntry(job_id=job_id, created_at=now, level="ERROR" if line.startswith("ERROR ") else "INFO",
-                    message=line.removeprefix("ERROR ")[:10_000]) for line in lines])
+    entries = JobLogEntry.objects.bulk_create([JobLogEntry(job_id=job_id, created_at=now, level=level,
+                                                           message=message[:10_000]) for level, message in lines])
     transaction.on_commit(lambda: live.publish_log(job_id, entries))
-
-
-def _log_dropped(job_id: int, dropped: list[str]) -> None:
-    from opdweb.jobs.models import JobLogEntry
-
-    named = "; ".join(dropped[:5]) + (f" (and {len(dropped) - 5} more)" if len(dropped) > 5 else "")
-    entry = JobLogEntry.objects.create(job_id=job_id, created_at=timezone.now(), level="WARNING",
-                                       message=f"{len(dropped)} logged values not kept as points: {named}")
-    transaction.on_commit(lambda: live.publish_log(job_id, [entry]))
 
 
 def do_alert(token: ApiToken, entity: str, project_name: str, name: str, *, title: str, text: str,
@@ -275,8 +268,8 @@ def do_alert(token: ApiToken, entity: str, project_name: str, name: str, *, titl
         if TrainerAlert.objects.filter(job=job).count() >= MAX_ALERTS_PER_RUN:
             raise WandbRefused(f"a run keeps at most {MAX_ALERTS_PER_RUN} of its own alerts", status=429)
         alert = TrainerAlert.objects.create(job=job, title=title, text=text, severity=severity or "INFO")
-        _log_console(job.pk, [f"{'ERROR ' if alert.severity == 'ERROR' else ''}wandb.alert {alert.severity}: "
-                              f"{title}: {text}"])
+        _log(job.pk, [("ERROR" if alert.severity == "ERROR" else "INFO",
+                       f"wandb.alert {alert.severity}: {title}: {text}")])
 
 
 def do_stop(token: ApiToken, storage: str) -> bool:
@@ -289,9 +282,3 @@ def do_stop(token: ApiToken, storage: str) -> bool:
     type(job).objects.filter(pk=job.pk).update(cancel_requested=True)
     return True
 
-
-def runs_of_job(job) -> WandbRun | None:
-    try:
-        return job.mlflow_run.wandb
-    except (MlflowRun.DoesNotExist, WandbRun.DoesNotExist):
-        return None

@@ -29,7 +29,6 @@ HISTORY = "wandb-history.jsonl"
 EVENTS = "wandb-events.jsonl"
 OUTPUT = "output.log"
 SUMMARY = "wandb-summary.json"
-FILES = (HISTORY, EVENTS, OUTPUT, SUMMARY)
 #: Offsets and line counts past this are refused (a client counts lines from 0).
 MAX_OFFSET = 2**31 - 1
 
