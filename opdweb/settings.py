@@ -224,6 +224,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=6 * 3600),
     "socket_connect_timeout": 3,
+    # Ten priority steps, 0 taken first across every queue a worker serves: interactive
+    # jobs 0-4, batch jobs 5-9 (jobs/scheduling.py).
+    "priority_steps": list(range(10)),
 }
 # A submit while the broker is down answers 503 within about a second, not after minutes.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.3, "interval_max": 0.5}
@@ -251,6 +254,9 @@ JOB_RESEND_SECONDS = env.float("JOB_RESEND_SECONDS", default=60.0)
 # this long), up to JOB_FETCH_ATTEMPTS attempts in all, then fails saying so.
 JOB_FETCH_RETRY_SECONDS = env.float("JOB_FETCH_RETRY_SECONDS", default=15.0)
 JOB_FETCH_ATTEMPTS = env.int("JOB_FETCH_ATTEMPTS", default=6)
+# A parent waiting for its children is woken when one ends, and by the reaper at least this
+# often (a wake lost with a worker killed at the wrong moment costs no more than this).
+JOB_PARENT_RECHECK_SECONDS = env.float("JOB_PARENT_RECHECK_SECONDS", default=120.0)
 # Each kind has a time limit (workers/science/entrypoints.py); an operator may cap them all.
 # A job is asked to stop at its limit and killed with its worker GRACE seconds later.
 JOB_TIME_LIMIT_MAX_S = env.float("JOB_TIME_LIMIT_MAX_S", default=None)

@@ -13,7 +13,9 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from opdweb.health.models import WorkerPresence
+from opdweb.jobs.broker import queue_keys
 from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.scheduling import kinds_on, next_up
 from opdweb.teams.access import teams_of
 from workers.science.checkpoints import s3
 from workers.science.checkpoints.uri import is_remote, parse
@@ -68,7 +70,7 @@ def live_workers():
 def queue_depths() -> dict[str, int | None]:
     try:
         client = _redis()
-        return {q: int(client.llen(q)) for q in QUEUES}
+        return {q: sum(int(client.llen(key)) for key in queue_keys([q])) for q in QUEUES}
     except Exception:  # noqa: BLE001
         return {q: None for q in QUEUES}
 
@@ -97,6 +99,26 @@ def _shown(error: str | None, user) -> str:
     return error if user.is_staff else "unavailable"
 
 
+def queue_lines(user) -> list[dict]:
+    """Per job queue, what runs now and what a free worker takes next (jobs.scheduling):
+    a job of the person's teams by name and owner, another team's only as a count, since
+    the queue is shared and the job is theirs."""
+    mine = set(teams_of(user).values_list("pk", flat=True))
+
+    def split(jobs) -> tuple[list[Job], int]:
+        shown = [job for job in jobs if user.is_staff or job.team_id in mine]
+        return shown, len(jobs) - len(shown)
+
+    lines = []
+    for queue in QUEUES:
+        running, running_others = split(list(Job.objects.filter(state=JobState.RUNNING, kind__in=kinds_on(queue))
+                                             .select_related("created_by", "team").order_by("started_at")))
+        upcoming, upcoming_others = split(next_up(queue, 20))
+        lines.append({"queue": queue, "running": running, "running_others": running_others, "next": upcoming,
+                      "next_others": upcoming_others})
+    return lines
+
+
 @login_required
 def status_page(request):
     cutoff = timezone.now() - timedelta(seconds=settings.WORKER_SEEN_SECONDS)
@@ -115,5 +137,7 @@ def status_page(request):
         "queues": queue_depths() if request.user.is_staff else {},
         "running": jobs.filter(state=JobState.RUNNING).count(),
         "queued": jobs.filter(state=JobState.QUEUED).count(),
+        "waiting": jobs.filter(state=JobState.WAITING).count(),
+        "lines": queue_lines(request.user),
     }
     return render(request, "health/status.html", context)

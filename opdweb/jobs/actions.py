@@ -16,7 +16,8 @@ from pydantic import ValidationError
 
 from opdweb.jobs import live
 from opdweb.jobs.broker import BROKER_ERRORS, task_id, waiting_attempts
-from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.models import Job, JobLogEntry, JobState
+from opdweb.jobs.scheduling import parents_to_recheck, priority_of
 from opdweb.refusals import RETRY_AFTER_OUTAGE, Refused
 from opdweb.sandbox import confine
 from opdweb.teams import audit
@@ -109,11 +110,40 @@ def enqueue(job_id: int, attempt: int, countdown: float | None = None) -> None:
     only after the row is committed."""
     from opdweb.celery_app import app
 
-    job = Job.objects.only("kind").get(pk=job_id)
-    kind = get_kind(job.kind)
+    job = Job.objects.get(pk=job_id)
+    priority = priority_of(job)
+    if priority != job.priority:
+        Job.objects.filter(pk=job_id).update(priority=priority)
     # The runner enforces the kind's time limit (solo-pool workers ignore Celery's).
-    app.send_task("opdweb.run_job", args=[job_id, attempt], queue=kind.queue, task_id=task_id(job_id, attempt),
-                  countdown=countdown)
+    app.send_task("opdweb.run_job", args=[job_id, attempt], queue=get_kind(job.kind).queue,
+                  task_id=task_id(job_id, attempt), countdown=countdown, priority=priority)
+
+
+def wake_parent(child: Job) -> None:
+    """A child that ended queues its parent again if the parent was waiting for it."""
+    if child.parent_id is not None:
+        wake(child.parent_id, f"child job #{child.pk} {child.state}: looking at the children again")
+
+
+def wake(job_id: int, message: str) -> None:
+    """``waiting -> queued`` and its message sent (after the commit; a lost send is sent
+    again by the resend of lost messages)."""
+    with transaction.atomic():
+        job = Job.wake(job_id, message)
+        if job is not None:
+            entry = JobLogEntry.objects.create(job=job, created_at=timezone.now(), level="INFO",
+                                               message=f"woken: {message}")
+            transaction.on_commit(lambda: _send_quietly(job))
+    if job is not None:
+        live.publish_state(job)
+        live.publish_log(job.pk, [entry])
+
+
+def _send_quietly(job: Job) -> None:
+    try:
+        enqueue(job.pk, job.attempts)
+    except BROKER_ERRORS:
+        log.warning("broker unreachable; job %s will be resent", job.pk, exc_info=True)
 
 
 def do_resend_lost_messages(now=None) -> list[int]:
@@ -156,6 +186,11 @@ def do_cancel_job(job: Job, user=None) -> Job:
             audit.record(job.team, user, audit.JOB_CANCELLED, f"cancelled {job.kind} job #{job.pk}", subject="job",
                          subject_id=job.pk, kind=job.kind)
     live.publish_state(job)
+    if job.state == JobState.WAITING:
+        # A waiting parent runs again to cancel its children and end.
+        wake(job.pk, "cancel requested: cancelling its child jobs")
+    elif job.state == JobState.CANCELLED:
+        wake_parent(job)
     return job
 
 
@@ -182,5 +217,10 @@ def do_reap_stale_jobs(now=None) -> list[tuple[int, str]]:
                 job.fail(lost)
             reaped.append((job.pk, job.state))
     for job_id, _ in reaped:
-        live.publish_state(Job.objects.get(pk=job_id))
+        job = Job.objects.get(pk=job_id)
+        live.publish_state(job)
+        if job.is_terminal:
+            wake_parent(job)
+    for parent_id in parents_to_recheck(settings.JOB_PARENT_RECHECK_SECONDS):
+        wake(parent_id, "no child woke it for a while: looking at the children again")
     return reaped

@@ -11,8 +11,8 @@ from django.conf import settings
 
 #: Sending failed because the broker is unreachable (after Celery's short publish retries).
 BROKER_ERRORS = (kombu.exceptions.OperationalError, redis.exceptions.RedisError, OSError)
-#: Kombu's Redis transport keeps priority steps in keys beside the queue's own.
-_PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
+#: Kombu's Redis transport keeps each priority step but 0 in a key beside the queue's own.
+_PRIORITY_SEPARATOR = "\x06\x16"
 _TASK_ID = re.compile(rb'job-(\d+)-attempt-(\d+)"')
 
 
@@ -20,10 +20,16 @@ def task_id(job_id: int, attempt: int) -> str:
     return f"job-{job_id}-attempt-{attempt}"
 
 
+def queue_keys(queues: list[str]) -> list[str]:
+    """The Redis lists holding ``queues``' messages, one per priority step, first taken first."""
+    steps = settings.CELERY_BROKER_TRANSPORT_OPTIONS["priority_steps"]
+    return [q + (f"{_PRIORITY_SEPARATOR}{step}" if step else "") for q in queues for step in steps]
+
+
 def waiting_attempts(queues: list[str]) -> set[tuple[int, int]]:
     """``(job_id, attempt)`` of every run_job message waiting in ``queues`` or delivered
     to a worker and not yet acknowledged."""
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    raw = [m for q in queues for suffix in _PRIORITY_SUFFIXES for m in client.lrange(q + suffix, 0, -1)]
+    raw = [m for key in queue_keys(queues) for m in client.lrange(key, 0, -1)]
     raw += client.hvals("unacked")
     return {(int(j), int(a)) for message in raw for j, a in _TASK_ID.findall(message)}

@@ -2,8 +2,9 @@
 
 State changes are methods of :class:`Job` (the only code that writes ``state``):
 ``queued -> running`` by :meth:`Job.claim`, ``running -> succeeded | failed | cancelled``
-by :meth:`Job.finish`, and the operator's transitions :meth:`cancel`,
-:meth:`request_cancel`, :meth:`requeue` and :meth:`fail`.
+by :meth:`Job.finish`, ``running -> waiting -> queued`` for a parent whose children still
+run (:meth:`park`, :meth:`wake`: it holds no worker meanwhile), and the operator's
+transitions :meth:`cancel`, :meth:`request_cancel`, :meth:`requeue` and :meth:`fail`.
 """
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ from workers.science.kinds import Kind
 class JobState(models.TextChoices):
     QUEUED = "queued"
     RUNNING = "running"
+    WAITING = "waiting"  # a parent whose child jobs still run; it holds no worker
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.WAITING})
 
 
 class Job(models.Model):
@@ -41,6 +44,8 @@ class Job(models.Model):
     message = models.CharField(max_length=500, blank=True)
     cancel_requested = models.BooleanField(default=False)
     attempts = models.PositiveIntegerField(default=1)
+    # The broker priority its last message was sent with (0 first ... 9 last; jobs.scheduling).
+    priority = models.PositiveSmallIntegerField(default=0)
     max_attempts = models.PositiveIntegerField(default=1)
 
     worker = models.CharField(max_length=200, blank=True)
@@ -154,6 +159,37 @@ class Job(models.Model):
         if updated:
             self.refresh_from_db()
         return bool(updated)
+
+    def park(self, message: str, pending: list[int]) -> JobState | None:
+        """A parent whose children ``pending`` still run lets its worker go: ``waiting``
+        until a child ends and :meth:`wake` queues it again.  If one of them ended while it
+        looked, it is queued at once instead (a child's wake found it still running).
+        Returns the new state, or None when the reaper took the job meanwhile."""
+        with transaction.atomic():
+            job = Job.objects.select_for_update().filter(pk=self.pk, state=JobState.RUNNING,
+                                                         attempts=self.attempts).first()
+            if job is None:
+                return None
+            ended = Job.objects.filter(pk__in=pending, state__in=TERMINAL_STATES).exists()
+            job.state = JobState.QUEUED if ended else JobState.WAITING
+            job.worker = ""
+            job.heartbeat_at = timezone.now()  # when it parked: the reaper wakes it if no child does
+            job.message = message[:500]
+            job.save(update_fields=["state", "worker", "heartbeat_at", "message"])
+        self.refresh_from_db()
+        return self.state
+
+    @classmethod
+    def wake(cls, job_id: int, message: str) -> Job | None:
+        """``waiting -> queued``; the job, or None when it was not waiting."""
+        with transaction.atomic():
+            job = cls.objects.select_for_update().filter(pk=job_id, state=JobState.WAITING).first()
+            if job is None:
+                return None
+            job.state = JobState.QUEUED
+            job.message = message[:500]
+            job.save(update_fields=["state", "message"])
+        return job
 
     def fail(self, error: str) -> None:
         self.state = JobState.FAILED

@@ -19,7 +19,7 @@ from django.utils import timezone
 from pydantic import BaseModel
 
 from opdweb.jobs import live
-from opdweb.jobs.actions import enqueue
+from opdweb.jobs.actions import enqueue, wake_parent
 from opdweb.jobs.checkpoints import checked_out, named_by_uri
 from opdweb.jobs.models import TERMINAL_STATES, Job, JobLogEntry, JobState
 from opdweb.jobs.signals import job_succeeded
@@ -34,8 +34,17 @@ from workers.science.reporting import Cancelled
 log = logging.getLogger(__name__)
 
 PROGRESS_WRITE_SECONDS = 0.5
-CHILD_POLL_SECONDS = 1.0
 STOP_POLL_SECONDS = 0.5
+
+
+class Parked(BaseException):
+    """A parent whose ``pending`` children still run stops here and lets its worker go
+    (a BaseException, so science code that catches errors does not catch it)."""
+
+    def __init__(self, pending: list[int], message: str):
+        super().__init__(message)
+        self.pending = pending
+        self.message = message
 
 
 class JobReporter:
@@ -51,6 +60,9 @@ class JobReporter:
         self._progress_written = 0.0
         self._stop_checked = 0.0
         self._stop = False
+        # A job run again (a parent woken by its children, an attempt resumed) shows at
+        # least the progress it had: the bar does not go back while it catches up.
+        self._floor = job.progress
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
         self.sink.add(step, values)
@@ -59,7 +71,7 @@ class JobReporter:
         self.sink.flush()
 
     def progress(self, frac: float, message: str = "") -> None:
-        self.job.progress = max(0.0, min(1.0, float(frac)))
+        self.job.progress = max(self._floor, min(1.0, float(frac)))
         self.job.message = message[:500]
         now = time.monotonic()
         if now - self._progress_written >= PROGRESS_WRITE_SECONDS or frac >= 1.0:
@@ -70,29 +82,34 @@ class JobReporter:
             live.publish_state(self.job)
 
     def run_children(self, children) -> Iterator[tuple[object, BaseModel]]:
-        """Each child as a job of its own (several workers share them); yields each with
-        its typed result (the child kind's result model) as it succeeds.  A failed child
-        fails the parent; a parent asked to stop cancels the children still queued or running."""
+        """Each child as a job of its own (several workers share them); yields each that
+        succeeded with its typed result (the child kind's result model), in the order given.
+        While some still run it raises :class:`Parked`: the parent lets its worker go and
+        runs again from the start when a child ends (made once per key, the children it
+        made are found again, and the ended ones come back at once).  A failed child fails
+        the parent; a parent asked to stop cancels the children still queued or running."""
         from opdweb.jobs.actions import do_cancel_job, do_submit_children
 
         jobs = do_submit_children(self.job, children)
         pending = {job.pk: child for job, child in zip(jobs, children, strict=True)}
-        while pending:
-            if self.should_stop():
-                for job in Job.objects.filter(pk__in=pending).exclude(state__in=TERMINAL_STATES):
-                    try:
-                        do_cancel_job(job)
-                    except Refused:
-                        pass  # it ended or is already being cancelled
-                raise Cancelled(f"stopped with {len(pending)} child job(s) unfinished")
-            for job in Job.objects.filter(pk__in=pending, state__in=TERMINAL_STATES):
-                child = pending.pop(job.pk)
-                if job.state != JobState.SUCCEEDED:
-                    raise ChildFailed(f"child job #{job.pk} ({child.label or child.key}) {job.state}: "
-                                      f"{job.error or job.message}")
-                yield child, get_kind(job.kind).validated(job.result)
-            if pending:
-                time.sleep(CHILD_POLL_SECONDS)
+        if self.should_stop():
+            for job in Job.objects.filter(pk__in=pending).exclude(state__in=TERMINAL_STATES):
+                try:
+                    do_cancel_job(job)
+                except Refused:
+                    pass  # it ended or is already being cancelled
+            raise Cancelled(f"stopped with {len(pending)} child job(s) unfinished")
+        ended = {job.pk: job for job in Job.objects.filter(pk__in=pending, state__in=TERMINAL_STATES)}
+        for pk in list(pending):
+            if pk not in ended:
+                continue
+            job, child = ended[pk], pending.pop(pk)
+            if job.state != JobState.SUCCEEDED:
+                raise ChildFailed(f"child job #{job.pk} ({child.label or child.key}) {job.state}: "
+                                  f"{job.error or job.message}")
+            yield child, get_kind(job.kind).validated(job.result)
+        if pending:
+            raise Parked(list(pending), f"waiting for {len(pending)} of {len(children)} child job(s)")
 
     def should_stop(self) -> bool:
         now = time.monotonic()
@@ -198,11 +215,14 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
     root = logging.getLogger()
     root.addHandler(handler)
     limit_s = time_limit_s(kind)
-    deadline = time.monotonic() + limit_s
+    # A parent's limit counts from its first start, however often it let its worker go.
+    spent = (timezone.now() - job.started_at).total_seconds() if job.children.exists() else 0.0
+    deadline = time.monotonic() + limit_s - spent
     heartbeat = Heartbeat(job, handler, deadline + settings.JOB_TIME_LIMIT_GRACE_S, limit_s)
     heartbeat.start()
     sink = TraceSink(job.pk, publish=lambda messages: live.publish(job.pk, messages))
     reporter = JobReporter(job, sink, deadline)
+    parked: Parked | None = None
     try:
         confined = confine(kind.config, job.config, product=product_values(job))
         with checked_out(kind.config, confined, reporter) as (local, names):
@@ -212,6 +232,10 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         sink.close()
         log.info("job %s succeeded", job.pk)
         state, outcome = JobState.SUCCEEDED, {"result": named_by_uri(result.model_dump(mode="json"), names)}
+    except Parked as exc:
+        sink.close()
+        log.info("job %s: %s; its worker is free until one of them ends", job.pk, exc.message)
+        parked, state, outcome = exc, None, {}
     except StoreUnavailable as exc:
         sink.close()
         if job.attempts < settings.JOB_FETCH_ATTEMPTS:
@@ -244,12 +268,17 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         heartbeat.join(timeout=5)
         root.removeHandler(handler)
         handler.flush_to_db()
-    if state is None:
+    if parked is not None:
+        if job.park(parked.message, parked.pending) == JobState.QUEUED:  # a child ended as it parked
+            enqueue(job.pk, job.attempts)
+        live.publish_state(job)
+    elif state is None:
         if job.retry_later(outcome["retry"]):
             enqueue(job.pk, job.attempts, countdown=settings.JOB_FETCH_RETRY_SECONDS * (job.attempts - 1))
             live.publish_state(job)
     elif record_outcome(job, state, outcome):
         live.publish_state(job)
+        wake_parent(job)
     return job.state
 
 

@@ -22,6 +22,7 @@ from opdweb.jobs.history import history_reads
 from opdweb.jobs.listing import LISTED_KINDS, JobListView
 from opdweb.jobs.models import Job, JobState
 from opdweb.jobs.result_charts import presented
+from opdweb.jobs.scheduling import queue_place
 from opdweb.jobs.summaries import child_rows
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
@@ -215,7 +216,7 @@ def job_detail(request, job_id: int):
         {"job": job, "can_cancel": can_cancel, "show_traceback": may_see_traceback(request.user, job.viewer_role),
          "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
-         "children": child_rows(job),
+         "children": child_rows(job), "place": queue_place(job),
          **result_context(job), **log_context(job), **chart_context(job)},
     )
 

@@ -7,7 +7,7 @@
 
   function runningRows() {
     return Array.from(document.querySelectorAll("tr[data-job-id]"))
-      .filter(row => row.dataset.state === "running" || row.dataset.state === "queued");
+      .filter(row => ["running", "waiting", "queued"].includes(row.dataset.state));
   }
 
   function show(row, job) {
@@ -25,13 +25,14 @@
     for (const row of rows) {
       const job = running.get(row.dataset.jobId);
       if (job) { show(row, job); continue; }
-      if (row.dataset.state !== "running") continue;  // still queued
+      if (row.dataset.state === "queued") continue;  // still queued
+      // it left the running list, or waits for its child jobs: asked on its own
       const one = await fetch(`/api/jobs/${row.dataset.jobId}`);
       if (one.ok) show(row, await one.json());
     }
   }
 
-  // Until no row on the page is queued or running; a failed poll is tried again.
+  // Until no row on the page is queued, running or waiting; a failed poll is tried again.
   async function poll() {
     const rows = runningRows();
     if (!rows.length) return;

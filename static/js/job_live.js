@@ -21,6 +21,8 @@
     document.getElementById("job-message").textContent = job.message || "";
     const err = document.getElementById("job-error");
     if (job.error) { err.hidden = false; err.textContent = job.error; }
+    const place = document.getElementById("queue-place");  // true only while it was queued
+    if (place) place.hidden = job.state !== "queued";
     const terminal = ["succeeded", "failed", "cancelled"].includes(job.state);
     showLive(!terminal && socket !== null && socket.readyState === WebSocket.OPEN);
     if (terminal) {

@@ -71,6 +71,9 @@ def test_the_calibration_plumbing_shares_children_among_workers_survives_a_kill_
              process=[planner, gpu_workers[survivor]])
     parent.refresh_from_db()
     assert parent.state == JobState.SUCCEEDED, (parent.error, parent.traceback)
+    # The parent let the planner's worker go while its children ran, and was woken by them.
+    assert parent.log_entries.filter(message__contains="its worker is free").exists()
+    assert parent.log_entries.filter(message__startswith="woken: child job #").exists()
     children = list(Job.objects.filter(parent=parent))
     # 2 noise solves, 2 baseline seeds, 2 levels x 2 seeds: each exactly once, all succeeded
     assert sorted(c.child_key for c in children) == sorted(

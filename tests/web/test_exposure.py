@@ -67,11 +67,9 @@ def test_the_status_page_keeps_raw_errors_for_staff(client, settings, member, st
     assert "127.0.0.1:1" in client.get("/status/").content.decode()
 
 
-def jobs_in(team, running, queued):
-    for _ in range(running):
-        JobFactory(team=team, state="running")
-    for _ in range(queued):
-        JobFactory(team=team, state="queued")
+def jobs_in(team, running, queued) -> list:
+    return ([JobFactory(team=team, state="running") for _ in range(running)]
+            + [JobFactory(team=team, state="queued") for _ in range(queued)])
 
 
 def counts_on_status_page(client) -> str:
@@ -82,22 +80,27 @@ def counts_on_status_page(client) -> str:
 def test_the_status_page_shows_a_teamless_user_no_job_counts_of_other_teams(client):
     jobs_in(TeamFactory(), running=2, queued=3)
     client.force_login(UserFactory())
-    assert counts_on_status_page(client) == "0 running, 0 queued"
+    assert counts_on_status_page(client) == "0 running, 0 queued, 0 waiting for their child jobs"
 
 
 def test_the_status_page_counts_only_the_users_teams(client, member):
     user, team = member
-    jobs_in(team, running=1, queued=1)
-    jobs_in(TeamFactory(), running=2, queued=3)
+    own = jobs_in(team, running=1, queued=1)
+    others = jobs_in(TeamFactory(), running=2, queued=3)
     client.force_login(user)
-    assert counts_on_status_page(client) == "1 running, 1 queued"
+    assert counts_on_status_page(client) == "1 running, 1 queued, 0 waiting for their child jobs"
+    # The running and next-in-line lists name the team's own jobs and only count the others'.
+    page = client.get("/status/").content.decode()
+    assert all(f'href="/jobs/{job.pk}/"' in page for job in own)
+    assert not any(f'href="/jobs/{job.pk}/"' in page for job in others)
+    assert "2 of other teams</td>" in page and "3 of other teams among the next 20" in page
 
 
 def test_the_status_page_counts_every_team_for_staff(client, member, staff):
     jobs_in(member[1], running=1, queued=1)
     jobs_in(TeamFactory(), running=2, queued=3)
     client.force_login(staff)
-    assert counts_on_status_page(client) == "3 running, 4 queued"
+    assert counts_on_status_page(client) == "3 running, 4 queued, 0 waiting for their child jobs"
 
 
 @pytest.fixture

@@ -69,6 +69,9 @@ class JobKind:
     time_limit_s: int
     example: Callable[[str], dict]  # a starting config, given the toy student's directory
     resumable: bool = False
+    # A person waits for its answer (an admission check, a measurement): its jobs go ahead
+    # of batch work (training, scans, calibrations) on the same queue (opdweb.jobs.scheduling).
+    interactive: bool = False
     max_attempts: int = 1
     formatter: Callable[[Any], str] | None = None  # the CLI's human-readable report of a result
     cli_options: tuple[CliOption, ...] = field(default_factory=tuple)
@@ -132,6 +135,7 @@ _FP8_W_KV = {"weights": "fp8_e4m3", "weight_scale": "channel", "kv_cache": "fp8_
 
 register(JobKind(
     name=Kind.SELFTEST,
+    interactive=True,
     config=SelftestConfig,
     result=SelftestResult,
     entry="workers.science.selftest:run_selftest",
@@ -143,6 +147,7 @@ register(JobKind(
 ))
 register(JobKind(
     name=Kind.MISMATCH,
+    interactive=True,
     config=MismatchJobConfig,
     result=MismatchReport,
     entry="workers.science.mismatch:run_mismatch",
@@ -167,6 +172,7 @@ register(JobKind(
 ))
 register(JobKind(
     name=Kind.DRIFT,
+    interactive=True,
     config=DriftJobConfig,
     result=DriftReport,
     entry="workers.science.drift:run_drift",
@@ -231,6 +237,7 @@ register(JobKind(
 ))
 register(JobKind(
     name=Kind.ADMISSION,
+    interactive=True,
     config=AdmissionJobConfig,
     result=AdmissionVerdict,
     entry="workers.science.budget.admission:run_admission",
@@ -244,6 +251,7 @@ register(JobKind(
 
 register(JobKind(
     name=Kind.DESCRIBE,
+    interactive=True,
     config=DescribeConfig,
     result=CheckpointDescription,
     entry="workers.science.checkpoints.describe:run_describe",
