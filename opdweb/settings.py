@@ -247,7 +247,7 @@ CELERY_BEAT_SCHEDULE = {
 JOB_HEARTBEAT_SECONDS = env.float("JOB_HEARTBEAT_SECONDS", default=5.0)
 JOB_STALE_SECONDS = env.float("JOB_STALE_SECONDS", default=60.0)
 # A job's log lines are written and sent to its live page this often.
-JOB_LOG_FLUSH_SECONDS = env.float("JOB_LOG_FLUSH_SECONDS", default=1.0)
+JOB_LOG_FLUSH_SECONDS = env.float("JOB_LOG_FLUSH_SECONDS", default=0.5)
 # A job queued this long whose message is not in the broker (a Redis crash) is sent again.
 JOB_RESEND_SECONDS = env.float("JOB_RESEND_SECONDS", default=60.0)
 # A job whose checkpoint's store is out of reach is queued again (attempt n waits n - 1 times
@@ -257,6 +257,10 @@ JOB_FETCH_ATTEMPTS = env.int("JOB_FETCH_ATTEMPTS", default=6)
 # A parent waiting for its children is woken when one ends, and by the reaper at least this
 # often (a wake lost with a worker killed at the wrong moment costs no more than this).
 JOB_PARENT_RECHECK_SECONDS = env.float("JOB_PARENT_RECHECK_SECONDS", default=120.0)
+# An interactive job that waited this long for a worker makes one running training run stop
+# at its next step (checkpoint saved) and queue again behind it (jobs/scheduling.py); a
+# negative value never makes way.
+JOB_PREEMPT_AFTER_SECONDS = env.float("JOB_PREEMPT_AFTER_SECONDS", default=0.5)
 # Each kind has a time limit (workers/science/entrypoints.py); an operator may cap them all.
 # A job is asked to stop at its limit and killed with its worker GRACE seconds later.
 JOB_TIME_LIMIT_MAX_S = env.float("JOB_TIME_LIMIT_MAX_S", default=None)

@@ -22,6 +22,7 @@ from opdweb.jobs import live
 from opdweb.jobs.actions import enqueue, wake_parent
 from opdweb.jobs.checkpoints import checked_out, named_by_uri
 from opdweb.jobs.models import TERMINAL_STATES, Job, JobLogEntry, JobState
+from opdweb.jobs.scheduling import claim_preemption
 from opdweb.jobs.signals import job_succeeded
 from opdweb.refusals import Refused
 from opdweb.sandbox import confine, product_values
@@ -34,6 +35,7 @@ from workers.science.reporting import Cancelled
 log = logging.getLogger(__name__)
 
 PROGRESS_WRITE_SECONDS = 0.5
+PREEMPT_POLL_SECONDS = 0.5
 STOP_POLL_SECONDS = 0.5
 
 
@@ -60,6 +62,9 @@ class JobReporter:
         self._progress_written = 0.0
         self._stop_checked = 0.0
         self._stop = False
+        self.making_way_for: int | None = None  # an interactive job it stopped for (scheduling)
+        self._preemptible = get_kind(job.kind).preemptible
+        self._preempt_checked = 0.0
         # A job run again (a parent woken by its children, an attempt resumed) shows at
         # least the progress it had: the bar does not go back while it catches up.
         self._floor = job.progress
@@ -119,6 +124,10 @@ class JobReporter:
         if not self._stop and now - self._stop_checked >= STOP_POLL_SECONDS:
             self._stop_checked = now
             self._stop = Job.objects.filter(pk=self.job.pk, cancel_requested=True).exists()
+        if not self._stop and self._preemptible and now - self._preempt_checked >= PREEMPT_POLL_SECONDS:
+            self._preempt_checked = now
+            self.making_way_for = claim_preemption(get_kind(self.job.kind).queue)
+            self._stop = self.making_way_for is not None
         return self._stop
 
 
@@ -251,6 +260,11 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         if reporter.timed_out:
             log.error("job %s stopped at its time limit of %.0f s", job.pk, limit_s)
             state, outcome = JobState.FAILED, {"error": f"time limit: stopped at its limit of {limit_s:.0f} s"}
+        elif reporter.making_way_for is not None:
+            log.info("job %s made way for interactive job #%s: %s; it resumes from there", job.pk,
+                     reporter.making_way_for, exc)
+            state, outcome = None, {"retry": f"made way for interactive job #{reporter.making_way_for}; "
+                                             "queued again to resume where it stopped"}
         else:
             log.info("job %s cancelled: %s", job.pk, exc)
             state, outcome = JobState.CANCELLED, {}
@@ -274,7 +288,8 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         live.publish_state(job)
     elif state is None:
         if job.retry_later(outcome["retry"]):
-            enqueue(job.pk, job.attempts, countdown=settings.JOB_FETCH_RETRY_SECONDS * (job.attempts - 1))
+            later = 0.0 if reporter.making_way_for else settings.JOB_FETCH_RETRY_SECONDS * (job.attempts - 1)
+            enqueue(job.pk, job.attempts, countdown=later or None)
             live.publish_state(job)
     elif record_outcome(job, state, outcome):
         live.publish_state(job)

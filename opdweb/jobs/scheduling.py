@@ -12,8 +12,12 @@ list per step and pops the lowest step that holds a message; FIFO within a step)
   the class's last step: one person's fifteen calibration runs do not hold back a
   teammate's first, and one team's backlog does not hold back another team's.
 
-A priority orders waiting messages only: a job already running is never pre-empted, so an
-interactive job waits at most for the running job of each worker on its queue to end.
+A priority orders waiting messages; a running job keeps its worker, with one exception:
+**a training run makes way.**  When an interactive job has waited ``JOB_PREEMPT_AFTER_SECONDS``
+on its queue (no worker was free to take it), one running job of a kind that can stop and
+resume exactly (``JobKind.preemptible``: training saves its checkpoint, optimizer and RNG
+state when asked to stop) stops at its next step, is queued again behind it, and resumes
+from that checkpoint later.  One running job makes way per waiting job (a claim in Redis).
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ import statistics
 from dataclasses import dataclass
 from datetime import timedelta
 
+import redis
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
@@ -142,6 +148,33 @@ def next_up(queue: str, limit: int = 10) -> list[Job]:
                 .select_related("team", "created_by").order_by("priority", "created_at")[:limit])
 
 
+def claim_preemption(queue: str) -> int | None:
+    """An interactive job on ``queue`` that has waited ``JOB_PREEMPT_AFTER_SECONDS`` with no
+    worker free to take it and no running job making way for it yet, claimed for the
+    caller, which then makes way; its id, or None."""
+    after = settings.JOB_PREEMPT_AFTER_SECONDS
+    if after < 0:
+        return None
+    cutoff = timezone.now() - timedelta(seconds=after)
+    waiting = (Job.objects.filter(state=JobState.QUEUED, parent__isnull=True, created_at__lt=cutoff,
+                                  kind__in=[k for k in kinds_on(queue) if KINDS[k].interactive])
+               .order_by("priority", "created_at").values_list("pk", "created_at")[:20])
+    if not waiting:
+        return None
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        for pk, created in waiting:
+            # Named by creation time too: a database made afresh (tests, benchmarks) reuses ids.
+            if client.set(f"{settings.CHANNEL_PREFIX}.making-way-for.{pk}.{created.timestamp()}", "1", nx=True,
+                          ex=3600):
+                return pk
+    except redis.RedisError:
+        return None  # no claim without Redis: the running job carries on
+    finally:
+        client.close()
+    return None
+
+
 def parents_to_recheck(older_than_s: float) -> list[int]:
     """Waiting parents no child woke for ``older_than_s`` seconds (a wake lost with a worker
     killed at the wrong moment): the reaper wakes them to look again."""
@@ -149,5 +182,5 @@ def parents_to_recheck(older_than_s: float) -> list[int]:
     return list(Job.objects.filter(state=JobState.WAITING, heartbeat_at__lt=cutoff).values_list("pk", flat=True))
 
 
-__all__ = ["QueuePlace", "is_interactive", "next_up", "parents_to_recheck", "priority_of", "queue_place",
-           "typical_seconds"]
+__all__ = ["QueuePlace", "claim_preemption", "is_interactive", "next_up", "parents_to_recheck", "priority_of",
+           "queue_place", "typical_seconds"]

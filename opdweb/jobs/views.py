@@ -117,6 +117,23 @@ def problems_summary(problems: list[dict]) -> str:
         if n else ""
 
 
+def dotted_keys(config: dict, prefix: str = "") -> list[str]:
+    """Every path a config sets: ``{"rollout": {"weights": ...}}`` gives ``rollout`` and ``rollout.weights``."""
+    keys = []
+    for key, value in config.items():
+        keys.append(prefix + key)
+        if isinstance(value, dict):
+            keys += dotted_keys(value, prefix + key + ".")
+    return keys
+
+
+def grouped(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["group"], []).append(row)
+    return list(groups.items())
+
+
 def kind_forms(request, form: dict, examples: dict, view: str, problems: list[dict]) -> dict:
     """Each kind's fields: the chosen kind's from the form (as sent, after a refusal of the
     fields view), the others' from their example; the problems that belong to no input."""
@@ -135,11 +152,15 @@ def kind_forms(request, form: dict, examples: dict, view: str, problems: list[di
         if chosen and view == "fields":
             errors, general = problems_by_input(inputs, problems)
         sent = request.POST if chosen and request.method == "POST" and view == "fields" else None
-        rows = form_rows(name, inputs, shown if chosen else examples[name], sent, errors, choices)
-        groups: dict[str, list[dict]] = {}
-        for row in rows:
-            groups.setdefault(row["group"], []).append(row)
-        forms.append({"kind": name, "chosen": chosen, "groups": list(groups.items())})
+        config = shown if chosen else examples[name]
+        rows = form_rows(name, inputs, config, sent, errors, choices)
+        # Shown: what is required, what the config (the example) sets, what has a problem;
+        # the rest waits, folded, at its defaults (a calibration has some 70 settings).
+        named = set(dotted_keys(config))
+        main = [r for r in rows if r["field"].required or r["errors"] or r["field"].name in named]
+        more = [r for r in rows if r not in main]
+        forms.append({"kind": name, "chosen": chosen, "groups": grouped(main), "more_groups": grouped(more),
+                      "more_count": len(more)})
     return {"kind_forms": forms, "general_problems": general, "picker_choices": choices_by_team}
 
 

@@ -72,6 +72,10 @@ SMOKE: dict[str, Smoke] = {
                                   (pytest.mark.faults,)),
     "bench_job_page.py": Smoke(("--keys", "2", "--steps", "1000", "--reps", "1", "--returning", "1", "--database",
                                 "{database}"), r"returning +1 ", (BROWSER,)),
+    # Real workers behind daphne: a measurement beside a calibration, Cancel per kind.
+    "bench_scheduling.py": Smoke(("--prompts", "8", "--steps", "20", "--reps", "1", "--kinds",
+                                  "selftest,mismatch,train,calibration", "--database", "{database}"),
+                                 r"\| busy / idle \|(.*\n)+\| calibration \| [0-9.]+ \| cancelled \|"),
     "bench_wandb_ingest.py": Smoke(("--keys", "2", "--steps", "200", "--reps", "1", "--database", "{database}"),
                                    r"\| into the product \| .*\n\| offline \(its local files\) \|"),
     # The checkpoint cache against a real SeaweedFS, on the toy student.

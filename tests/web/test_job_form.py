@@ -46,6 +46,23 @@ def test_it_draws_one_input_per_field_of_each_kind_with_its_type_default_and_hel
     assert 'data-kind="mismatch" disabled hidden' in page  # only the chosen kind's fields are sent
 
 
+def test_a_kinds_settings_at_their_defaults_wait_folded(member, client):
+    """The calibration form shows what its example sets and what is required; the rest (some
+    60 settings) waits in one folded section whose summary counts it."""
+    from workers.science.entrypoints import get_kind
+
+    user, _ = member
+    fields = kind_fields(form_page(client, user), "calibration")
+    shown, folded = fields.split('<details class="more-settings" data-more-for="calibration">')
+    example = get_kind("calibration").example("student")
+    shown_names = re.findall(r'data-field="([^"]+)"', shown)
+    assert set(shown_names) >= set(example) and "eval_every" not in shown_names
+    folded_names = re.findall(r'data-field="([^"]+)"', folded.split("</details>")[0])
+    assert "eval_every" in folded_names and not set(folded_names) & set(shown_names)
+    assert f"<summary>{len(folded_names)} more settings, at their defaults</summary>" in folded
+    assert len(shown_names) <= len(example) + 2 and len(folded_names) > 30
+
+
 def test_the_fields_submit_a_config_as_the_json_box_would(member, client):
     user, team = member
     client.force_login(user)

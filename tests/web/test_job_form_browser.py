@@ -45,6 +45,9 @@ def test_the_loop_from_a_new_config_to_an_export_is_clicked_through_without_json
     expect(page.locator("#f-admission-model")).to_have_value(checkpoint)
     expect(page.locator("#f-admission-rollout-weights")).to_have_value("fp8_e4m3")
     expect(page.locator("#advanced")).not_to_have_attribute("open", "")
+    # Settings the check does not set wait folded at their defaults.
+    expect(page.locator("#f-admission-drift")).to_be_hidden()
+    page.click("details.more-settings[data-more-for=admission] > summary")
     page.locator("#f-admission-drift").uncheck()
     page.click("#submit-fields")
     expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))

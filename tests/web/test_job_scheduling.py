@@ -162,3 +162,33 @@ def test_a_calibration_waits_without_holding_a_worker_and_a_waiting_parent_cance
     wait_for(lambda: not Job.objects.filter(parent=parent).exclude(state__in=TERMINAL_STATES).exists(), 60,
              "its children to end")
     assert Job.objects.get(pk=parent.pk).progress >= progress
+
+
+@pytest.mark.slow
+def test_a_training_run_makes_way_for_a_measurement_and_resumes_exactly(member, start_worker, toy_student):
+    """One gpu worker trains; a measurement submitted meanwhile waits a second, the run stops
+    at its next step (checkpoint saved), the measurement runs, and the run resumes from its
+    checkpoint: it ends with the evaluations of the same run trained without a stop."""
+    user, team = member
+    start_worker("g1", queues="gpu", JOB_PREEMPT_AFTER_SECONDS="1")
+    config = {**get_kind("train").example(toy_student), "steps": 200, "batch_size": 8, "eval_every": 100,
+              "eval_prompts": 50, "device": "cpu"}
+    stopped = do_submit_job(team=team, user=user, kind_name="train", config=config)
+    wait_for(lambda: Job.objects.get(pk=stopped.pk).progress > 0.02, 240, "the run to be under way")
+    measure = do_submit_job(team=team, user=user, kind_name="mismatch", config={
+        **get_kind("mismatch").example(toy_student), "prompts": 8, "max_new_tokens": 4, "device": "cpu"})
+    wait_for(lambda: Job.objects.get(pk=measure.pk).state in TERMINAL_STATES, 240, "the measurement")
+    assert Job.objects.get(pk=measure.pk).state == JobState.SUCCEEDED
+    wait_for(lambda: Job.objects.get(pk=stopped.pk).state in TERMINAL_STATES, 600, "the run to resume and end")
+    stopped.refresh_from_db()
+    assert stopped.state == JobState.SUCCEEDED, stopped.error
+    assert stopped.log_entries.filter(message__contains=f"made way for interactive job #{measure.pk}").exists()
+    assert Job.objects.get(pk=measure.pk).finished_at < stopped.finished_at
+    assert stopped.attempts == 2 and stopped.max_attempts == 4  # its retry did not count against its attempts
+
+    straight = do_submit_job(team=team, user=user, kind_name="train", config=config)
+    wait_for(lambda: Job.objects.get(pk=straight.pk).state in TERMINAL_STATES, 600, "the same run without a stop")
+    straight.refresh_from_db()
+    assert straight.state == JobState.SUCCEEDED and straight.attempts == 1
+    assert stopped.result["evals"] == straight.result["evals"]
+    assert stopped.result["final_accuracy"] == straight.result["final_accuracy"]

@@ -72,6 +72,9 @@ class JobKind:
     # A person waits for its answer (an admission check, a measurement): its jobs go ahead
     # of batch work (training, scans, calibrations) on the same queue (opdweb.jobs.scheduling).
     interactive: bool = False
+    # It stops at its next step when asked and resumes exactly where it stopped (training:
+    # checkpoint, optimizer and RNG state), so it may make way for interactive work.
+    preemptible: bool = False
     max_attempts: int = 1
     formatter: Callable[[Any], str] | None = None  # the CLI's human-readable report of a result
     cli_options: tuple[CliOption, ...] = field(default_factory=tuple)
@@ -184,6 +187,7 @@ register(JobKind(
 ))
 register(JobKind(
     name=Kind.TRAIN,
+    preemptible=True,
     config=TrainJobConfig,
     result=TrainingResult,
     entry="workers.science.training.job:run_training",
