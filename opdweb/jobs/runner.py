@@ -46,7 +46,6 @@ class Parked(BaseException):
     def __init__(self, pending: list[int], message: str):
         super().__init__(message)
         self.pending = pending
-        self.message = message
 
 
 class JobReporter:
@@ -63,7 +62,8 @@ class JobReporter:
         self._stop_checked = 0.0
         self._stop = False
         self.making_way_for: int | None = None  # an interactive job it stopped for (scheduling)
-        self._preemptible = get_kind(job.kind).preemptible
+        kind = get_kind(job.kind)
+        self._preempt_queue = kind.queue if kind.preemptible else None  # where it watches for waiting work
         self._preempt_checked = 0.0
         # A job run again (a parent woken by its children, an attempt resumed) shows at
         # least the progress it had: the bar does not go back while it catches up.
@@ -105,9 +105,7 @@ class JobReporter:
                     pass  # it ended or is already being cancelled
             raise Cancelled(f"stopped with {len(pending)} child job(s) unfinished")
         ended = {job.pk: job for job in Job.objects.filter(pk__in=pending, state__in=TERMINAL_STATES)}
-        for pk in list(pending):
-            if pk not in ended:
-                continue
+        for pk in [pk for pk in pending if pk in ended]:
             job, child = ended[pk], pending.pop(pk)
             if job.state != JobState.SUCCEEDED:
                 raise ChildFailed(f"child job #{job.pk} ({child.label or child.key}) {job.state}: "
@@ -124,9 +122,9 @@ class JobReporter:
         if not self._stop and now - self._stop_checked >= STOP_POLL_SECONDS:
             self._stop_checked = now
             self._stop = Job.objects.filter(pk=self.job.pk, cancel_requested=True).exists()
-        if not self._stop and self._preemptible and now - self._preempt_checked >= PREEMPT_POLL_SECONDS:
+        if not self._stop and self._preempt_queue and now - self._preempt_checked >= PREEMPT_POLL_SECONDS:
             self._preempt_checked = now
-            self.making_way_for = claim_preemption(get_kind(self.job.kind).queue)
+            self.making_way_for = claim_preemption(self._preempt_queue)
             self._stop = self.making_way_for is not None
         return self._stop
 
@@ -243,7 +241,7 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         state, outcome = JobState.SUCCEEDED, {"result": named_by_uri(result.model_dump(mode="json"), names)}
     except Parked as exc:
         sink.close()
-        log.info("job %s: %s; its worker is free until one of them ends", job.pk, exc.message)
+        log.info("job %s: %s; its worker is free until one of them ends", job.pk, exc)
         parked, state, outcome = exc, None, {}
     except StoreUnavailable as exc:
         sink.close()
@@ -283,7 +281,7 @@ def run_job(job_id: int, attempt: int, worker: str | None = None) -> str | None:
         root.removeHandler(handler)
         handler.flush_to_db()
     if parked is not None:
-        if job.park(parked.message, parked.pending) == JobState.QUEUED:  # a child ended as it parked
+        if job.park(str(parked), parked.pending) == JobState.QUEUED:  # a child ended as it parked
             enqueue(job.pk, job.attempts)
         live.publish_state(job)
     elif state is None:

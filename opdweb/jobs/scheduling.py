@@ -111,26 +111,19 @@ def queue_place(job: Job) -> QueuePlace | None:
 
     # A parent that is queued or running only looks at its children for a moment.
     parents = set(Job.objects.filter(parent__in=[o.pk for o in running + ahead]).values_list("parent", flat=True))
+    busy = [o for o in running if o.pk not in parents]
     work, unknown = 0.0, []
     now = timezone.now()
-    for other in running:
-        if other.pk in parents:
-            continue
+    for other in busy + [o for o in ahead if o.pk not in parents]:
         total = usual(other)
         if total is None:
             unknown.append(other.kind)
-            continue
-        done = (now - (other.started_at or now)).total_seconds()
-        work += max(total - done, total * (1.0 - other.progress), 0.0)
-    for other in ahead:
-        if other.pk in parents:
-            continue
-        total = usual(other)
-        if total is None:
-            unknown.append(other.kind)
+        elif other.state == JobState.RUNNING:  # what it has left
+            done = (now - (other.started_at or now)).total_seconds()
+            work += max(total - done, total * (1.0 - other.progress), 0.0)
         else:
             work += total
-    workers = max(1, len([o for o in running if o.pk not in parents]))
+    workers = max(1, len(busy))
     if unknown:
         start_in, basis = None, f"no {', '.join(sorted(set(unknown)))} job of the team has finished yet"
     else:
