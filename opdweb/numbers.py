@@ -45,9 +45,10 @@ def multiple(value: Any, digits: int = 3) -> str:
 
 def budget(value: Any, status: str | None) -> str:
     """A budget as every page writes it: ``12.5×``, ``≥ 1,050× (not reached)`` when every level
-    of the ladder was within, ``below the ladder`` when none was, ``none (uninformative)``."""
-    if status == "uninformative":
-        return "none (uninformative)"
+    of the ladder was within, ``below the ladder`` when none was, ``none (uninformative)`` or
+    ``none (undecided)``."""
+    if status in ("uninformative", "undecided"):
+        return f"none ({status})"
     if status == "below_ladder" or value is None:
         return "below the ladder"
     if status == "not_reached":

@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.db.models.fields.json import KT
 
 from opdweb import numbers
+from workers.science.budget.results import NO_BUDGET
 
 #: The result keys a summary reads, each annotated as ``summary_<key>``.
 RESULT_KEYS = ("status", "budget", "verdict", "multiple", "final_accuracy")
@@ -24,8 +25,8 @@ def summary(job) -> str:
     annotations of :func:`with_result_keys`."""
     values = {key: getattr(job, f"summary_{key}", None) for key in RESULT_KEYS}
     status, budget, verdict, multiple, accuracy = (values[k] for k in RESULT_KEYS)
-    if status == "uninformative":
-        return "uninformative: no budget"
+    if status in NO_BUDGET:
+        return f"{str(status).replace('_', ' ')}: no budget"
     if status in ("reached", "not_reached", "below_ladder"):
         return f"budget {numbers.budget(_number(budget), status)}"
     if verdict:

@@ -16,6 +16,7 @@ from workers.science.budget.arithmetic import (
     judge_drop,
     ladder,
     learning,
+    seeds_to_decide,
 )
 from workers.science.budget.noise import Trial, next_sigma, solve_sigma
 from workers.science.budget.student_t import t_quantile, two_sided
@@ -150,6 +151,18 @@ def test_bisection_halves_the_bracket_in_log_multiple_until_the_resolution():
     assert bisect_target((31.6, 100), 1.5) == pytest.approx(56.2)
     assert bisect_target((10, 14), 1.5) is None  # 1.4 apart: within x1.5
     assert bisect_target((None, 10), 1.5) is None and bisect_target((10, None), 1.5) is None
+
+
+def test_seeds_to_decide_a_level_at_its_spread():
+    # sd 1 point a side, no drop, tolerance 1.4: n seeds give Welch df 2(n - 1) and half-width t * sqrt(2 / n):
+    # n = 5: 2.306 * 0.632 = 1.459 > 1.4;  n = 6: 2.228 * 0.577 = 1.286 <= 1.4.
+    assert seeds_to_decide(1.0, 1.0, 0.0, 1.4) == 6
+    # A drop of 0.7 leaves 0.7 for the half-width: n = 20 gives t(38) 2.024 * 0.316 = 0.640, n = 17 t(32) 2.037 *
+    # 0.343 = 0.699, n = 16 t(30) 2.042 * 0.354 = 0.722.
+    assert seeds_to_decide(1.0, 1.0, 0.7, 1.4) == 17
+    assert seeds_to_decide(0.0, 0.0, 0.5, 1.4) == 2  # no spread: the interval is the drop
+    assert seeds_to_decide(1.0, 1.0, 1.4, 1.4) is None  # a mean drop at the tolerance is never shown within
+    assert seeds_to_decide(5.0, 5.0, 0.0, 1.4) is None  # more than 64 seeds
 
 
 def test_learning_is_the_paired_gain_with_its_lower_end():

@@ -14,7 +14,6 @@ from workers.science.budget.calibration import run_calibration
 from workers.science.budget.config import CalibrationJobConfig
 from workers.science.budget.results import NoiseSolveResult
 from workers.science.children import ChildJob
-from workers.science.config import ConfigError
 from workers.science.kinds import Kind
 from workers.science.reporting import RecordingReporter
 from workers.science.results import MismatchReport
@@ -127,13 +126,29 @@ def test_an_inconclusive_level_gets_seeds_until_it_decides(student, teacher):
     assert by_target[10.0].drop_ci[1] <= 1.4 < by_target[100.0].drop_ci[0]
 
 
-def test_a_level_still_inconclusive_at_the_seed_cap_is_refused_not_passed(student, teacher):
+def test_a_level_still_inconclusive_at_the_seed_cap_is_undecided_not_passed(student, teacher):
     world = PlantedWorld(lambda m: 0.60 if m <= 42 else 0.55, two_noisy_seeds)
     # 4 seeds each side: half-width 1.413 points around a drop of 0 (test above), so [-1.41, 1.41] straddles 1.4.
-    refusal = (r"lowest level \(10x\) stays inconclusive after 4 seeds and 0 extension\(s\) of the ladder: its "
-               r"drop's interval \[-1.41, 1.41\] points still straddles the tolerance 1.4; raise max_seeds")
-    with pytest.raises(ConfigError, match=refusal):
-        run_calibration(calibration(student, teacher, max_seeds=4, max_bisections=0), world)
+    r = run_calibration(calibration(student, teacher, max_seeds=4, max_bisections=0), world)
+    assert r.status == "undecided" and r.budget is None and not r.stores_budget
+    lowest = r.curve[0]
+    assert lowest.judgement == "inconclusive" and len(lowest.accuracies) == 4
+    # Offsets +1, -1, 0, 0 points: sd sqrt(2 / 3) = 0.82 points on both sides.  At that spread 5 seeds a side give
+    # t(8) 2.306 * sqrt(2 * 0.667 / 5) = 1.19 <= 1.4 (4 give 1.413, above).
+    assert "undecided: the lowest level (10x) dropped accuracy by +0.00 points" in r.message
+    assert "interval [-1.41, +1.41] still straddles the 1.4-point tolerance" in r.message
+    assert "sd 0.82 points at the BF16 baseline, 0.82 at the level" in r.message
+    assert "about 5 seeds a side would decide it" in r.message and "eval_prompts" in r.message
+    assert world.progress_calls[-1] == (1.0, "undecided")
+
+
+def test_a_lowest_level_shown_harmful_stores_no_budget_and_says_start_lower(student, teacher):
+    # Every level drops 5 points, no seed spread: the lowest is beyond, and there is no extension to go lower.
+    world = PlantedWorld(lambda m: 0.60 if m <= 1 else 0.55)
+    r = run_calibration(calibration(student, teacher, max_bisections=0), world)
+    assert r.status == "below_ladder" and r.budget is None and not r.stores_budget
+    assert r.curve[0].judgement == "beyond" and "drops accuracy by +5.00 points" in r.message
+    assert "start the ladder lower" in r.message
 
 
 def test_a_calibration_whose_baseline_does_not_learn_is_uninformative_and_trains_no_level(student, teacher):

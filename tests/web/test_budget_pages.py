@@ -144,6 +144,28 @@ def test_an_uninformative_calibration_stores_no_budget_and_its_page_says_what_to
     assert 'id="calibrated-budget"' not in page
 
 
+def test_an_undecided_calibration_stores_no_budget_and_its_page_says_why_in_words(member, client):
+    # The lowest level's drop interval straddles the tolerance at the seed cap: no budget, the curve and the words.
+    user, team = member
+    before = MismatchBudget.objects.count()
+    job = Job.objects.create(team=team, created_by=user, kind="calibration", config={}, state=JobState.RUNNING)
+    message = ("undecided: the lowest level (10x) dropped accuracy by +0.10 points, but with 6 seeds its 95% interval "
+               "[-1.20, +1.90] still straddles the 1.4-point tolerance: the seeds' final accuracies spread too much")
+    curve = [dict(CURVE[0], drop_ci=[-1.2, 1.9], judgement="inconclusive", within=False),
+             dict(CURVE[1], drop_ci=[-0.5, 20.5], judgement="inconclusive", within=False)]
+    for row in curve:
+        row.pop("allowance_points")
+    result = calibration_result("/models/student", None, status="undecided", bracket=[None, 10.0], curve=curve,
+                                message=message, seed_z=None, confidence=0.95)
+    assert record_outcome(job, JobState.SUCCEEDED, {"result": result})
+    assert MismatchBudget.objects.count() == before
+    page = client_page(client, user, f"/jobs/{job.pk}/")
+    outcome = page.split('id="calibration-outcome"', 1)[1].split("</section>", 1)[0]
+    assert "undecided</span>: no budget was stored" in outcome and "still straddles the 1.4-point tolerance" in outcome
+    assert "Shown safe nowhere" in outcome  # the curve is still read
+    assert "ConfigError" not in page
+
+
 def test_a_strict_rule_curve_shows_each_levels_drop_interval_and_judgement(member, client):
     user, team = member
     budget = stored_calibration(team, user, "/models/student", 9.1)

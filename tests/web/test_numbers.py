@@ -21,4 +21,5 @@ def test_a_budget_says_its_status():
     assert budget(12.46, "reached") == "12.5×"
     assert budget(None, "below_ladder") == "below the ladder"
     assert budget(None, "uninformative") == "none (uninformative)"
+    assert budget(None, "undecided") == "none (undecided)"
     assert multiple(None) == "–" and multiple(33.81) == "33.8×"

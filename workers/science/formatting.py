@@ -169,9 +169,12 @@ def format_noise_solve(r: NoiseSolveResult) -> str:
 
 
 def format_calibration(r: CalibrationResult) -> str:
-    head = ("budget not reached: every level stayed within tolerance, the budget is at least "
-            f"{_num(r.budget)}x" if r.status == "not_reached" else f"budget {_num(r.budget)}x "
-            f"(between {_num(r.bracket[0])}x and {_num(r.bracket[1])}x)")
+    if not r.stores_budget:
+        head = f"no budget ({r.status.replace('_', ' ')})"
+    elif r.status == "not_reached":
+        head = f"budget not reached: every level stayed within tolerance, the budget is at least {_num(r.budget)}x"
+    else:
+        head = f"budget {_num(r.budget)}x (between {_num(r.bracket[0])}x and {_num(r.bracket[1])}x)"
     rows: list[list[Any]] = [["BF16", 1.0, None, len(r.baseline.accuracies), r.baseline.mean, r.baseline.sd, 0.0,
                               "-", "baseline"]]
     rows += [[f"{c.target:g}x", c.multiple, c.setting.get("noise_sigma"), len(c.accuracies), c.accuracy_mean,
@@ -186,7 +189,7 @@ def format_calibration(r: CalibrationResult) -> str:
         *_zone_lines(r),
         "", _table(["level", "multiple", "noise sigma", "seeds", "accuracy", "sd", "drop (points)", "drop 95% CI",
                     "judgement"], rows),
-        "", f"rule: {r.rule}", *_transfer_lines(r)])
+        "", f"rule: {r.rule}", *_transfer_lines(r), *(["", r.message] if r.message else [])])
 
 
 def _old_judgement(within: bool) -> str:

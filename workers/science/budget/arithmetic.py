@@ -182,6 +182,25 @@ def budget_of_ladder(passes: Sequence[tuple[float, bool]]) -> tuple[float | None
     return value, "reached", (value, passes[first_out][0])
 
 
+def seeds_to_decide(baseline_sd_points: float, level_sd_points: float, drop_points: float, tolerance_points: float,
+                    confidence: float = 0.95, most: int = 64) -> int | None:
+    """The seeds per side (the level and the baseline alike) at which a level whose seeds
+    spread as measured would be shown within: the smallest n with drop + t(df) * sqrt((sa^2 +
+    sb^2) / n) <= tolerance, on Welch's degrees of freedom; None when the mean drop is
+    already at the tolerance (no number of seeds shows it within) or more than ``most`` would
+    be needed."""
+    if drop_points >= tolerance_points:
+        return None
+    va, vb = baseline_sd_points**2, level_sd_points**2
+    for n in range(2, most + 1):
+        if va + vb == 0.0:
+            return n
+        df = (va + vb) ** 2 / ((va**2 + vb**2) / (n - 1))
+        if drop_points + two_sided(confidence, df) * math.sqrt((va + vb) / n) <= tolerance_points:
+            return n
+    return None
+
+
 def bisect_target(bracket: tuple[float | None, float | None], resolution: float) -> float | None:
     """The next level between a reached budget's bracket ends, their geometric mean (3
     significant digits); None once the ends are within ``resolution`` (a factor) of each other."""

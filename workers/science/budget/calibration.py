@@ -16,7 +16,9 @@
    bracket the budget gets a level beyond its end (``extend_factor``, at most
    ``max_extensions`` times); a bracket wider than ``resolution`` is bisected in log multiple
    (at most ``max_bisections`` levels).  Then every level within is reported as *not
-   reached*, and a lowest level that is still not within is refused.
+   reached*; a lowest level still not within stores no budget and says why in words:
+   ``undecided`` (inconclusive at ``max_seeds``: the seeds' spread against the tolerance, and
+   the seeds that would decide) or ``below_ladder`` (shown beyond: start lower).
 5. The transfer check (``transfer``): each deployed source (a quantized rollout config, a
    staleness ``async_k``) is measured (a ``mismatch`` child), noise is solved to the same
    multiple, and equal-step runs train with the source itself, with that noise re-drawn and
@@ -58,6 +60,7 @@ from .arithmetic import (
     learning,
     mean,
     sample_sd,
+    seeds_to_decide,
 )
 from .config import CalibrationJobConfig, TransferSource
 from .results import CalibrationResult, Learned, NoiseSolveResult, TransferRow
@@ -138,17 +141,10 @@ def run_calibration(cfg: CalibrationJobConfig, reporter: Reporter | None = None)
             continue
         break
     if budget.status == "below_ladder":
-        lowest = budget.levels[0]
-        if lowest.judgement == "inconclusive":
-            low, high = lowest.drop_ci
-            interval = "unbounded" if low is None or high is None else f"[{low:.3g}, {high:.3g}] points"
-            raise ConfigError(
-                f"the lowest level ({lowest.multiple:.3g}x) stays inconclusive after {len(lowest.accuracies)} seeds "
-                f"and {extensions} extension(s) of the ladder: its drop's interval {interval} still straddles the "
-                f"tolerance {cfg.tolerance:g}; raise max_seeds, or the tolerance, or lower the seed spread (more "
-                "eval_prompts)")
-        raise ConfigError(f"the lowest level ({lowest.multiple:.3g}x) still drops accuracy beyond {cfg.tolerance:g} "
-                          f"points after {extensions} extension(s) of the ladder; start the ladder lower")
+        words = _undecided_words(cfg, budget, extensions) if budget.levels[0].judgement == "inconclusive" \
+            else _harmful_words(cfg, budget, extensions)
+        ladder.reporter.progress(1.0, words.split(":", 1)[0])
+        return _no_budget(cfg, ladder, budget, extensions, bisections, words)
     transfer = _transfer_check(cfg, ladder) if cfg.transfer else []
     ladder.reporter.progress(1.0, "budget not reached" if budget.status == "not_reached"
                              else f"budget {budget.budget:.3g}x")
@@ -296,6 +292,42 @@ def _uninformative(cfg: CalibrationJobConfig, ladder: _Ladder, learned: Learning
                "learns from its teacher.")
     return CalibrationResult(**_common(cfg, ladder, learned), budget=None, status="uninformative",
                              bracket=(None, None), curve=[], extensions=0, bisections=0, message=message)
+
+
+def _undecided_words(cfg: CalibrationJobConfig, budget: Budget, extensions: int) -> str:
+    """Why the lowest level stays inconclusive, in the seeds' spread against the tolerance, and what would decide it."""
+    lowest = budget.levels[0]
+    low, high = lowest.drop_ci
+    interval = "unbounded" if low is None or high is None else f"[{low:+.2f}, {high:+.2f}]"
+    base_sd, level_sd = 100.0 * budget.baseline_sd, 100.0 * lowest.accuracy_sd
+    needed = seeds_to_decide(base_sd, level_sd, lowest.drop_points, cfg.tolerance, cfg.confidence)
+    more = (f"about {needed} seeds a side would decide it at this spread (max_seeds)" if needed is not None
+            else "its mean drop is at the tolerance already, so more seeds would not show it within")
+    return (f"undecided: the lowest level ({lowest.multiple:.3g}x) dropped accuracy by {lowest.drop_points:+.2f} "
+            f"points, but with {len(lowest.accuracies)} seeds its {cfg.confidence:.0%} interval {interval} still "
+            f"straddles the {cfg.tolerance:g}-point tolerance: the seeds' final accuracies spread too much (sd "
+            f"{base_sd:.2f} points at the BF16 baseline, {level_sd:.2f} at the level) for {cfg.tolerance:g} points to "
+            f"be told apart ({extensions} extension(s) of the ladder). No budget was stored. To decide it: {more}; "
+            "or runs that end nearer each other (more steps, so the runs converge; a larger batch_size), "
+            "a steadier accuracy (more eval_prompts), or a larger tolerance.")
+
+
+def _harmful_words(cfg: CalibrationJobConfig, budget: Budget, extensions: int) -> str:
+    lowest = budget.levels[0]
+    low, high = lowest.drop_ci
+    return (f"below the ladder: the lowest level ({lowest.multiple:.3g}x) already drops accuracy by "
+            f"{lowest.drop_points:+.2f} points, interval [{low:+.2f}, {high:+.2f}], beyond the {cfg.tolerance:g}-point "
+            f"tolerance after {extensions} extension(s) of the ladder. No budget was stored: start the ladder lower "
+            "(levels nearer 1).")
+
+
+def _no_budget(cfg: CalibrationJobConfig, ladder: _Ladder, budget: Budget, extensions: int, bisections: int,
+               message: str) -> CalibrationResult:
+    """A curve that shows no budget (its lowest level is not within): the curve, and the message saying why."""
+    status = "undecided" if budget.levels[0].judgement == "inconclusive" else "below_ladder"
+    return CalibrationResult(**_common(cfg, ladder, ladder.learned()), budget=None, status=status,
+                             bracket=budget.bracket, curve=[_curve_row(j) for j in budget.levels],
+                             extensions=extensions, bisections=bisections, message=message)
 
 
 def _result(cfg: CalibrationJobConfig, ladder: _Ladder, budget: Budget, learned: Learning, extensions: int,

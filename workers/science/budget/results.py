@@ -16,9 +16,13 @@ from .arithmetic import Agreement, Judgement
 from .config import BudgetFields, BudgetSpec, LadderRung
 from .zones import CurveReading, read_curve
 
-#: A calibration's outcome: a budget's status, or ``uninformative`` (no budget: the baseline
-#: did not learn, so no drop could be told from no learning).
-CalibrationStatus = BudgetStatus | Literal["uninformative"]
+#: A calibration's outcome: a budget's status, ``uninformative`` (no budget: the baseline did
+#: not learn, so no drop could be told from no learning) or ``undecided`` (no budget: the
+#: lowest level stayed inconclusive at the seed cap, its seeds spread too much for the
+#: tolerance).  Only ``reached`` and ``not_reached`` store a budget.
+CalibrationStatus = BudgetStatus | Literal["uninformative", "undecided"]
+#: The outcomes that store no budget; ``message`` says why and what to change.
+NO_BUDGET = ("uninformative", "undecided", "below_ladder")
 
 
 class NoiseTrial(JobResult):
@@ -138,9 +142,9 @@ class Learned(JobResult):
 
 
 class CalibrationResult(CalibratedBudget, JobResult):
-    """The ``calibration`` job: the budget, and how the ladder was run to find it.  An
-    ``uninformative`` one (the baseline did not learn) has no budget and is never stored as
-    one; ``message`` says what to change."""
+    """The ``calibration`` job: the budget, and how the ladder was run to find it.  One that
+    ends in :data:`NO_BUDGET` (the baseline did not learn, or the lowest level is not within)
+    has no budget and is never stored as one; ``message`` says why and what to change."""
 
     optional_keys = frozenset({"seed_z", "confidence", "learning", "bisections", "resolution", "message"})
 
@@ -158,7 +162,7 @@ class CalibrationResult(CalibratedBudget, JobResult):
 
     @property
     def stores_budget(self) -> bool:
-        return self.status != "uninformative"
+        return self.status not in NO_BUDGET
 
 
 class ToDecideCalibration(JobResult):
@@ -200,5 +204,6 @@ class AdmissionVerdict(MismatchReport):
     to_decide: ToDecideCalibration | None = None  # not shown safe: the calibration that would decide it
 
 
-__all__ = ["AdmissionVerdict", "Baseline", "CalibratedBudget", "CalibrationResult", "CalibrationStatus", "CurveLevel",
-           "Learned", "NoiseAtMatch", "NoiseSolveResult", "NoiseTrial", "ToDecideCalibration", "TransferRow"]
+__all__ = ["NO_BUDGET", "AdmissionVerdict", "Baseline", "CalibratedBudget", "CalibrationResult", "CalibrationStatus",
+           "CurveLevel", "Learned", "NoiseAtMatch", "NoiseSolveResult", "NoiseTrial", "ToDecideCalibration",
+           "TransferRow"]
