@@ -78,6 +78,8 @@ SMOKE: dict[str, Smoke] = {
                                  r"\| busy / idle \|(.*\n)+\| calibration \| [0-9.]+ \| cancelled \|"),
     "bench_wandb_ingest.py": Smoke(("--keys", "2", "--steps", "200", "--reps", "1", "--database", "{database}"),
                                    r"\| into the product \| .*\n\| offline \(its local files\) \|"),
+    # make run on an empty data directory (its embedded servers), then the example path in Chromium.
+    "bench_example_path.py": Smoke(("--smoke",), r"\| \*\*total, launch to export\*\* \|", (BROWSER,)),
     # The checkpoint cache against a real SeaweedFS, on the toy student.
     "bench_checkpoint_fetch.py": Smoke(("--model", f"{TOY}/student", "--reps", "1"),
                                        r"\| cold fetch \(S3 -> cache, verified\) \|"),
