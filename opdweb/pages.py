@@ -28,8 +28,8 @@ def back_link(request) -> str | None:
 
 
 def further_details(exc: Refused) -> list[dict]:
-    """The refusal's field problems, less any that only repeat its message (never said twice)."""
-    return [d for d in exc.details if d.get("message") != str(exc)]
+    """The refusal's field problems, less any its message already says (never said twice)."""
+    return [d for d in exc.details if str(d.get("message", "")) not in str(exc)]
 
 
 def refused_page(request, exc: Refused):

@@ -134,6 +134,8 @@ def test_a_catastrophic_regex_is_matched_in_linear_time():
 
 def test_it_refuses_regexes_re2_cannot_run_and_overlong_patterns():
     assert "not a valid RE2 pattern" in problems(r"keep_bf16: ['re:(a)\1']")[0]
+    # RE2's own reason in words, not the bytes repr of its C++ message
+    assert problems("keep_bf16: ['re:(a']")[0].endswith("is not a valid RE2 pattern: missing ): (a")
     assert "at most 200 characters" in problems("keep_bf16: ['" + "x" * 201 + "']")[-1]
 
 

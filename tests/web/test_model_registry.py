@@ -9,8 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
+from django.urls import reverse
 
 from opdweb.jobs.models import Job
 from opdweb.registry.models import RegisteredModel
@@ -226,6 +228,13 @@ def test_bootstrap_demo_registers_the_toy_pair_once(settings, tmp_path, toy_pair
     gemma = RegisteredModel.objects.get(path=str((tmp_path / "models" / "gemma3-270m").resolve()))
     assert gemma.name.startswith("Gemma 3 270M (real, base model, Gemma Terms of Use") and "4-bit" in gemma.name
     assert RegisteredModel.objects.filter(kind="checkpoint").count() == 2
+    # Registered by no person: the pages say so, not "?"
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="admin"))
+    listed = client.get(reverse("registry:list")).content.decode()
+    assert "at start-up" in listed and "· ?" not in listed
+    detail = client.get(reverse("registry:detail", args=[real.pk])).content.decode()
+    assert "at start-up, by <code>make run</code>" in detail
 
 
 def test_make_runs_real_model_import_is_skipped_once_done_and_not_fatal_when_it_fails(tmp_path, capsys):

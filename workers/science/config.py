@@ -108,6 +108,12 @@ class RolloutCorrection(_Strict):
 KeepEntry = Union[Annotated[int, Field(ge=0)], Annotated[str, Field(max_length=MAX_PATTERN_CHARS)]]
 
 
+def _re2_reason(exc: Exception) -> str:
+    """RE2's reason in words: its error carries the C++ message as bytes (``b'missing ): (a'``)."""
+    reason = exc.args[0] if exc.args else exc
+    return reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+
+
 def keep_pattern(entry: str) -> Callable[[str], bool]:
     """The matcher of a ``keep_bf16`` name pattern: a glob (``model.layers.0.mlp.*``) or a
     regex written ``re:...``.  Regexes run on RE2, whose matching time is linear in the
@@ -118,7 +124,7 @@ def keep_pattern(entry: str) -> Callable[[str], bool]:
         try:
             return re2.compile(entry[3:]).search
         except re2.error as exc:
-            raise ValueError(f"keep_bf16 regex {entry!r} is not a valid RE2 pattern: {exc}") from None
+            raise ValueError(f"keep_bf16 regex {entry!r} is not a valid RE2 pattern: {_re2_reason(exc)}") from None
     return lambda name: fnmatch.fnmatchcase(name, entry)
 
 
