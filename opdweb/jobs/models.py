@@ -198,6 +198,21 @@ class Job(models.Model):
         self.save(update_fields=["state", "error", "finished_at"])
 
 
+class ChartLayout(models.Model):
+    """A person's layout of the job pages' charts, the same on every job page and in every
+    browser: the charts they pinned to the top and the ones they hid (chart names, as the
+    page groups series: ``train/loss``, ``mismatch/*_k3``), and the sections they folded."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chart_layout")
+    pinned = models.JSONField(default=list, blank=True)
+    hidden = models.JSONField(default=list, blank=True)
+    folded = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def as_dict(self) -> dict:
+        return {"pinned": self.pinned, "hidden": self.hidden, "folded": self.folded}
+
+
 class JobLogEntry(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_entries")
     created_at = models.DateTimeField()

@@ -16,7 +16,15 @@ from pydantic import BaseModel
 from opdweb.api import load_json
 from opdweb.jobs.access import may_see_traceback, visible_job
 from opdweb.jobs.actions import do_cancel_job, do_submit_job
-from opdweb.jobs.compare import compared_jobs, compared_series, metric_rows, parameter_rows, parse_compared_ids
+from opdweb.jobs.chart_layout import layout_of
+from opdweb.jobs.compare import (
+    compared_jobs,
+    compared_series,
+    metric_rows,
+    parameter_rows,
+    parse_compared_ids,
+    series_rows,
+)
 from opdweb.jobs.config_form import PICKERS, config_from_inputs, form_inputs, form_rows, problems_by_input
 from opdweb.jobs.history import history_reads
 from opdweb.jobs.listing import LISTED_KINDS, JobListView
@@ -238,6 +246,7 @@ def job_detail(request, job_id: int):
          "config_json": json.dumps(job.config, indent=2),
          "result_json": json.dumps(job.result, indent=2) if job.result is not None else "",
          "children": child_rows(job), "place": queue_place(job),
+         "chart_layout": layout_of(request.user),
          **result_context(job), **log_context(job), **chart_context(job)},
     )
 
@@ -269,11 +278,12 @@ def log_context(job) -> dict:
 def job_compare(request):
     jobs = compared_jobs(request.user, parse_compared_ids(request.GET.getlist("ids")))
     ids = ",".join(str(job.pk) for job in jobs)
+    series = compared_series(jobs)
     return render(request, "jobs/compare.html", {
         "jobs": jobs, "ids": ids, "parameters": parameter_rows([{"kind": job.kind, **job.config} for job in jobs]),
-        "metrics": metric_rows(jobs),
+        "metrics": metric_rows(jobs), "series_rows": series_rows(jobs, series["trace_keys"]),
         "legend_names": {job.pk: f"#{job.pk} {job.name or job.kind}"[:80] for job in jobs},
-        **compared_series(jobs), "only_differences": request.GET.get("diff") == "1"})
+        **series, "only_differences": request.GET.get("diff") == "1"})
 
 
 @login_required

@@ -148,41 +148,65 @@ window.JobCharts = (function () {
              legend: { orientation: "h", y: -0.25 }, shapes: shapes, annotations: annotations };
   }
 
-  // Panels: a chart goes into the panel of its namespace (the key's part before the first
-  // "/"), panels in alphabetical order with the keys without a namespace first ("charts"),
-  // and the charts of a panel in the order of their names: the same order on every load,
-  // whatever order the reads come back in.  Each panel folds; the chooser hides charts, and
-  // what it hides (and which panels are folded) is remembered in this browser.
-  const HIDDEN_KEY = "opdweb.charts.hidden", FOLDED_KEY = "opdweb.charts.folded";
-  const remembered = k => { try { return new Set(JSON.parse(localStorage.getItem(k) || "[]")); } catch (e) { return new Set(); } };
-  const hidden = remembered(HIDDEN_KEY), folded = remembered(FOLDED_KEY);
-  const remember = (k, set) => { try { localStorage.setItem(k, JSON.stringify([...set])); } catch (e) { /* private mode */ } };
+  // Sections: the charts the person pinned first, then loss and accuracy (any chart whose
+  // name says loss, accuracy or reward), then mismatch (the mismatch namespace, k3 / KL /
+  // multiple charts), then one section per namespace of the rest (the key's part before the
+  // first "/"; keys without one first), in alphabetical order; the charts of a section, in a
+  // grid, in the order of their names: the same order on every load, whatever order the
+  // reads come back in.  Each section folds; the chooser pins and hides charts.  What is
+  // pinned, hidden and folded is the person's (their chart layout, on every job page and in
+  // every browser), saved as they change it.
+  const layoutTag = document.getElementById("chart-layout");
+  const saved = layoutTag ? JSON.parse(layoutTag.textContent) : {};
+  const pinned = new Set(saved.pinned || []), hidden = new Set(saved.hidden || []), folded = new Set(saved.folded || []);
+  let saving = Promise.resolve();
+  function saveLayout() {
+    const token = document.getElementById("chart-layout-csrf");
+    if (!layoutTag || !token) return;  // a page without a person's layout: nothing to keep
+    const body = JSON.stringify({ pinned: [...pinned], hidden: [...hidden], folded: [...folded] });
+    // One save after the other, so the last change is the one kept.
+    saving = saving.then(() => fetch(token.dataset.url, {
+      method: "POST", credentials: "same-origin", body: body,
+      headers: { "Content-Type": "application/json", "X-CSRFToken": token.value } })).catch(() => {});
+  }
   const NO_NAMESPACE = "";
   function namespaceOf(name) { const i = name.indexOf("/"); return i < 0 ? NO_NAMESPACE : name.slice(0, i); }
+  const PINNED = "pinned", LOSS_AND_ACCURACY = "loss and accuracy", MISMATCH = "mismatch";
+  function sectionOf(name) {
+    if (pinned.has(name)) return PINNED;
+    if (/loss|accuracy|reward/i.test(name)) return LOSS_AND_ACCURACY;
+    if (namespaceOf(name) === MISMATCH || /k3|(^|[/_])kl([/_]|$)|multiple/i.test(name)) return MISMATCH;
+    return namespaceOf(name);
+  }
+  // The sort key of a section: the three named sections first, then the namespaces.
+  function sectionOrder(section) {
+    return { [PINNED]: "0", [LOSS_AND_ACCURACY]: "1", [MISMATCH]: "2" }[section] || "3" + section;
+  }
   function insertSorted(parent, child, attribute) {
     const value = child.dataset[attribute];
     const after = [...parent.children].find(c => c.dataset[attribute] !== undefined && c.dataset[attribute] > value);
     parent.insertBefore(child, after || null);
   }
-  function panelOf(namespace) {
-    let panel = container.querySelector(`details.chart-panel[data-namespace="${CSS.escape(namespace)}"]`);
+  function panelOf(section) {
+    let panel = container.querySelector(`details.chart-panel[data-section="${CSS.escape(section)}"]`);
     if (panel) return panel;
     panel = document.createElement("details");
     panel.className = "chart-panel";
-    panel.dataset.namespace = namespace;
-    panel.open = !folded.has(namespace);
+    panel.dataset.section = section;
+    panel.dataset.order = sectionOrder(section);
+    panel.open = !folded.has(section);
     const summary = document.createElement("summary");
-    summary.textContent = namespace || "charts";
+    summary.textContent = section || "other";
     panel.appendChild(summary);
     const body = document.createElement("div");
     body.className = "panel-charts";
     panel.appendChild(body);
     panel.addEventListener("toggle", () => {
-      if (panel.open) { folded.delete(namespace); body.querySelectorAll(".chart").forEach(d => Plotly.Plots.resize(d)); }
-      else folded.add(namespace);
-      remember(FOLDED_KEY, folded);
+      if (panel.open) { folded.delete(section); body.querySelectorAll(".chart").forEach(d => Plotly.Plots.resize(d)); }
+      else folded.add(section);
+      saveLayout();
     });
-    insertSorted(container, panel, "namespace");
+    insertSorted(container, panel, "order");
     return panel;
   }
   function chooser() {
@@ -190,31 +214,51 @@ window.JobCharts = (function () {
     if (box) return box;
     box = document.createElement("details");
     box.id = "metric-chooser";
-    box.dataset.namespace = "";  // before every panel
+    box.dataset.order = "";  // before every section
     const summary = document.createElement("summary");
     summary.textContent = "Metrics shown";
     box.appendChild(summary);
     container.insertBefore(box, container.firstChild);
     return box;
   }
+  // A chart into its section's grid (a section left empty goes).
+  function moveChart(name, div) {
+    const from = div.closest("details.chart-panel");
+    insertSorted(panelOf(sectionOf(name)).querySelector(".panel-charts"), div, "chart");
+    if (from && !from.querySelector(".chart")) from.remove();
+    if (!div.hidden) Plotly.Plots.resize(div);
+  }
   function placeChart(name, div) {
-    const panel = panelOf(namespaceOf(name));
-    insertSorted(panel.querySelector(".panel-charts"), div, "chart");
+    insertSorted(panelOf(sectionOf(name)).querySelector(".panel-charts"), div, "chart");
     div.hidden = hidden.has(name);
+    const choice = document.createElement("span");
+    choice.className = "metric-choice";
+    choice.dataset.chart = name;
     const label = document.createElement("label");
-    label.className = "metric-choice";
-    label.dataset.chart = name;
     const box = document.createElement("input");
     box.type = "checkbox";
+    box.className = "shown";
     box.checked = !hidden.has(name);
     box.addEventListener("change", () => {
       if (box.checked) hidden.delete(name); else hidden.add(name);
       div.hidden = !box.checked;
       if (box.checked) Plotly.Plots.resize(div);
-      remember(HIDDEN_KEY, hidden);
+      saveLayout();
     });
     label.append(box, " " + name);
-    insertSorted(chooser(), label, "chart");
+    const pin = document.createElement("button");
+    pin.type = "button";
+    pin.className = "pin";
+    const showPin = () => { pin.textContent = pinned.has(name) ? "unpin" : "pin"; pin.setAttribute("aria-pressed", String(pinned.has(name))); };
+    showPin();
+    pin.addEventListener("click", () => {
+      if (pinned.has(name)) pinned.delete(name); else pinned.add(name);
+      showPin();
+      moveChart(name, div);
+      saveLayout();
+    });
+    choice.append(label, " ", pin);
+    insertSorted(chooser(), choice, "chart");
   }
 
   function plot(name, keys) {

@@ -72,6 +72,8 @@ ROWS = {
 NOT_IN_MATRIX = {
     "": "the signed-in person's home, across their own teams only; a login first (test_home_page.py)",
     "login/": "public: the login form (test_login_throttle.py)",
+    "jobs/chart-layout/": "the signed-in person's own chart layout, no team's data; a login first "
+                          "(test_chart_layout.py)",
     "logout/": "public: ends whatever session there is",
     "set-password/<uidb64>/<token>/": "public: an invited user's one-time link (test_team_pages.py)",
     "healthz": "public: the liveness probe (test_exposure.py)",

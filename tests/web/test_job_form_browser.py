@@ -9,12 +9,13 @@ from pathlib import Path
 from playwright.sync_api import expect
 
 from opdweb.approvals.models import ApprovalRequest
-from opdweb.jobs.models import Job, JobState
+from opdweb.jobs.models import ChartLayout, Job, JobState
 from opdweb.rollouts.models import RolloutConfigRecord
 from opdweb.teams.models import Role
 from opdweb.traces.sink import TraceSink
 from tests.web.approval_world import make_budget, make_checkpoint
 from tests.web.browser import log_in
+from tests.web.conftest import wait_for
 from tests.web.factories import MembershipFactory
 from tests.web.results import admission_result
 from workers.science.fingerprint import checkpoint_digest
@@ -138,27 +139,44 @@ def test_the_charts_are_grouped_in_panels_in_the_same_order_on_every_load(member
     base = f"http://{asgi_server}"
     log_in(page, base, user)
 
-    def layout():
+    def layout(page=page):
         page.goto(f"{base}/jobs/{job.pk}/")
         expect(page.locator("#charts .chart")).to_have_count(9)  # the k3 pair, and time/*_s, share a chart
         return page.eval_on_selector_all("#charts details.chart-panel", """panels => panels.map(p =>
-            [p.dataset.namespace, [...p.querySelectorAll('.chart')].map(c => c.dataset.chart)])""")
+            [p.dataset.section, [...p.querySelectorAll('.chart')].map(c => c.dataset.chart)])""")
 
+    # Loss and accuracy first, then mismatch, then a section per namespace (none first).
     first = layout()
-    assert first == [["", ["lr"]], ["eval", ["eval/accuracy", "eval/reward"]],
-                     ["mismatch", ["mismatch/*_k3", "mismatch/multiple"]], ["time", ["time/*_s"]],
-                     ["train", ["train/*_norm", "train/entropy", "train/loss"]]]
+    assert first == [["loss and accuracy", ["eval/accuracy", "eval/reward", "train/loss"]],
+                     ["mismatch", ["mismatch/*_k3", "mismatch/multiple"]], ["", ["lr"]], ["time", ["time/*_s"]],
+                     ["train", ["train/*_norm", "train/entropy"]]]
     for _ in range(2):
         assert layout() == first
+    # A section's charts in a grid: at 1,280 px the first two side by side.
+    corners = page.eval_on_selector_all("details.chart-panel[data-section='loss and accuracy'] .chart",
+                                        "cs => cs.map(c => [c.getBoundingClientRect().x, c.getBoundingClientRect().y])")
+    assert corners[0][1] == corners[1][1] and corners[0][0] < corners[1][0] and corners[2][1] > corners[0][1]
 
-    # The chooser hides a chart, and the page remembers it; a panel folds.
+    # The chooser pins a chart to the top and hides another; a section folds.
     page.locator("#metric-chooser summary").click()
-    page.locator("label.metric-choice[data-chart='train/loss'] input").uncheck()
+    page.locator(".metric-choice[data-chart='train/entropy'] button.pin").click()
+    expect(page.locator("details.chart-panel[data-section=pinned] .chart[data-chart='train/entropy']")).to_be_visible()
+    page.locator(".metric-choice[data-chart='train/loss'] input.shown").uncheck()
     expect(page.locator(".chart[data-chart='train/loss']")).to_be_hidden()
-    page.locator("details.chart-panel[data-namespace=eval] > summary").click()
-    expect(page.locator(".chart[data-chart='eval/reward']")).to_be_hidden()
-    page.reload()
-    expect(page.locator("#charts .chart")).to_have_count(9)
+    page.locator("details.chart-panel[data-section=time] > summary").click()
+    expect(page.locator(".chart[data-chart='time/*_s']")).to_be_hidden()
+    wait_for(lambda: ChartLayout.objects.filter(user=user, pinned=["train/entropy"], hidden=["train/loss"],
+                                                folded=["time"]).exists(), 10, "the layout to be saved")
+
+    # It is the person's: a browser of their own, sharing no storage with this one, draws it so.
+    elsewhere = page.context.browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    log_in(elsewhere, base, user)
+    assert layout(elsewhere) == [["pinned", ["train/entropy"]], *first[:4], ["train", ["train/*_norm"]]]
+    expect(elsewhere.locator(".chart[data-chart='train/loss']")).to_be_hidden()
+    expect(elsewhere.locator("details.chart-panel[data-section=time]")).not_to_have_attribute("open", "")
+    elsewhere.locator("#metric-chooser summary").click()
+    elsewhere.locator(".metric-choice[data-chart='train/entropy'] button.pin").click()  # unpinned: back in train
+    expect(elsewhere.locator("details.chart-panel[data-section=pinned]")).to_have_count(0)
+    wait_for(lambda: ChartLayout.objects.filter(user=user, pinned=[]).exists(), 10, "the unpin to be saved")
+    assert layout() == [*first[:4], ["train", ["train/*_norm", "train/entropy"]]]
     expect(page.locator(".chart[data-chart='train/loss']")).to_be_hidden()
-    expect(page.locator(".chart[data-chart='train/entropy']")).to_be_visible()
-    expect(page.locator("details.chart-panel[data-namespace=eval]")).not_to_have_attribute("open", "")
