@@ -3,13 +3,14 @@ and the trace keys they share (drawn overlaid by the compare page)."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 
 from opdweb.jobs.access import visible_job
 from opdweb.jobs.history import history_reads
 from opdweb.jobs.models import Job
 from opdweb.refusals import Refused
-from opdweb.traces.models import TraceSeries
+from opdweb.traces.models import ROLLUP_WIDTHS, TraceRollup, TraceSeries
 
 MAX_COMPARED = 10
 
@@ -18,6 +19,8 @@ RESULT_METRICS = ("verdict", "multiple", "multiple_ci", "margin", "metric", "val
                   "prompts", "accuracy", "reference_accuracy", "kv_capacity_gain", "diverged_fraction", "steps")
 
 MISSING = "—"
+#: Shared trace keys summed up in the metrics table (last, min, max); all of them are drawn.
+MAX_SERIES_ROWS = 50
 
 
 def parse_compared_ids(values: list[str], what: str = "jobs") -> list[int]:
@@ -93,3 +96,38 @@ def compared_series(jobs: list[Job]) -> dict:
             keys_of[job_id].append(key)
     return {"trace_keys": shared,
             "trace_reads": {job_id: history_reads(job_id, keys) for job_id, keys in keys_of.items()}}
+
+
+def series_rows(jobs: list[Job], keys: list[str]) -> list[dict]:
+    """For each shared trace key (the first ``MAX_SERIES_ROWS``), each job's last value and
+    its min and max over the whole series: read from the coarsest rollup level (a bucket of
+    2^20 steps, so one or a few rows per series, however long).  NaN orders above every
+    number, as in the charts' bands: a series that logged a NaN has the max NaN, which is
+    what the reader of a loss wants to see."""
+    keys = keys[:MAX_SERIES_ROWS]
+    ids = {(job_id, key): pk for pk, job_id, key in
+           TraceSeries.objects.filter(job__in=jobs, key__in=keys).values_list("pk", "job_id", "key")}
+    spans: dict[int, list[float]] = {}  # series id -> [min, max, last]
+    buckets = (TraceRollup.objects.filter(series_id__in=ids.values(), level=len(ROLLUP_WIDTHS) - 1)
+               .order_by("series_id", "bucket").values_list("series_id", "min", "max", "last_value"))
+    for series_id, low, high, last in buckets:
+        span = spans.setdefault(series_id, [low, high, last])
+        span[0], span[1], span[2] = _least(span[0], low), _most(span[1], high), last
+    return [{"key": key, "values": [_span_text(spans.get(ids.get((job.pk, key), -1))) for job in jobs]}
+            for key in keys]
+
+
+# Ordered as PostgreSQL orders NaN, above every number, as the rollups are (opdweb.traces.rollups).
+def _least(a: float, b: float) -> float:
+    return b if math.isnan(a) else a if math.isnan(b) else min(a, b)
+
+
+def _most(a: float, b: float) -> float:
+    return a if math.isnan(a) else b if math.isnan(b) else max(a, b)
+
+
+def _span_text(span: list[float] | None) -> str:
+    if span is None:
+        return MISSING
+    low, high, last = span
+    return f"{last:.4g} (min {low:.4g}, max {high:.4g})"

@@ -549,3 +549,20 @@ def test_an_upgrade_reads_what_approvals_rely_on_and_they_hold_again(world, tmp_
     assert client.post(f"/approvals/{approval.pk}/export/verl/").status_code == 200
     call_command("read_checkpoints", verbosity=0)  # read now: nothing queued
     assert Job.objects.filter(kind=Kind.DESCRIBE).count() == 1
+
+
+def test_a_measurements_page_leads_to_its_config_and_its_admission_check(world):
+    """A "Measure…" of a saved config ends with the way on: its config, whose page checks
+    admission against a budget (then approval)."""
+    from tests.web.factories import JobFactory
+    from tests.web.results import mismatch_report
+
+    measured = JobFactory(team=world.team, kind="mismatch", state="succeeded",
+                          config={"model": world.checkpoint, "rollout": FP8},
+                          result=mismatch_report(rollout=FP8, model=world.checkpoint))
+    page = world.client(world.member).get(f"/jobs/{measured.pk}/").content.decode()
+    assert f'<a id="check-admission-next" href="/configs/{world.record.pk}/#check-admission">' in page
+    unsaved = JobFactory(team=world.team, kind="mismatch", state="succeeded",
+                         config={"model": world.checkpoint, "rollout": {"weights": "int8"}},
+                         result=mismatch_report(rollout={"weights": "int8"}, model=world.checkpoint))
+    assert 'id="measurement-next"' not in world.client(world.member).get(f"/jobs/{unsaved.pk}/").content.decode()

@@ -222,7 +222,7 @@ def test_the_budgets_page_says_how_to_calibrate_and_links_an_example_that_learns
     form = client_page(client, user, "/jobs/new/?kind=calibration")
     # the example the form offers: the steps and batch on which the toy student learns (tested by training it in
     # tests/science/test_budget_jobs.py::test_the_calibration_example_offered_on_the_form_learns)
-    assert "&quot;steps&quot;: 150" in form and "&quot;batch_size&quot;: 8" in form
+    assert "&quot;steps&quot;: 100" in form and "&quot;batch_size&quot;: 256" in form
 
 
 def test_extend_to_decide_submits_the_same_check_with_the_prompts_that_would_decide_it(member, client, toy_student):

@@ -3,6 +3,7 @@ import pytest
 
 from opdweb.jobs.models import Job, JobState
 from opdweb.traces.models import TraceSeries
+from opdweb.traces.sink import TraceSink
 from tests.web.factories import MembershipFactory, TeamFactory
 
 
@@ -114,3 +115,23 @@ def test_bad_ids_are_a_clear_400(two_checks, client, ids, message):
     response = client.get(f"/jobs/compare/?ids={ids.format(a=bf16.pk)}")
     assert response.status_code == 400
     assert message in response.content.decode()
+
+
+def test_runs_without_results_compare_on_their_curves_last_min_and_max(member, client):
+    """Two MLflow runs (no result of their own): each shared key's last value, min and max,
+    known by hand; a NaN logged is the max (NaN orders above every number, as in the bands)."""
+    user, team = member
+    runs = [Job.objects.create(team=team, created_by=user, kind="external", name=f"run {i}",
+                               state=JobState.SUCCEEDED, config={}, result=None) for i in (1, 2)]
+    curves = {runs[0].pk: [0.9, 0.4, float("nan"), 0.2, 0.3], runs[1].pk: [1.5, 2.0 ** 21, -7.0]}
+    for run in runs:
+        sink = TraceSink(run.pk)
+        values = curves[run.pk]
+        steps = [0, 1, 2, 3, 4] if run is runs[0] else [0, 2_000_000, 3_000_000]  # across top-level buckets
+        sink.add_many("train/loss", steps, values, [1.7e9 + s for s in range(len(values))])
+        sink.close()
+    client.force_login(user)
+    response = client.get(f"/jobs/compare/?ids={runs[0].pk},{runs[1].pk}")
+    assert rows(response, "series_rows") == {"train/loss": ["0.3 (min 0.2, max nan)",
+                                                            "-7 (min -7, max 2.097e+06)"]}
+    assert '<tr data-series="train/loss">' in response.content.decode()
