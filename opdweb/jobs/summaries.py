@@ -6,10 +6,11 @@ never loads their whole results; which words follow from which keys the result c
 never from the kind's name."""
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.fields.json import KT
 
 from opdweb import numbers
+from opdweb.traces.models import TraceSeries
 from workers.science.budget.results import NO_BUDGET
 
 #: The result keys a summary reads, each annotated as ``summary_<key>``.
@@ -17,7 +18,13 @@ RESULT_KEYS = ("status", "budget", "verdict", "multiple", "final_accuracy")
 
 
 def with_result_keys(jobs: QuerySet) -> QuerySet:
-    return jobs.annotate(**{f"summary_{key}": KT(f"result__{key}") for key in RESULT_KEYS})
+    """The result keys, and for a job without a result (an MLflow or W&B run, a job still
+    running) its curves: how many series it has and its newest step."""
+    series = TraceSeries.objects.filter(job=OuterRef("pk"))
+    return jobs.annotate(
+        **{f"summary_{key}": KT(f"result__{key}") for key in RESULT_KEYS},
+        summary_series=Subquery(series.values("job").annotate(n=Count("pk")).values("n")),
+        summary_last_step=Subquery(series.order_by("-last_step").values("last_step")[:1]))
 
 
 def summary(job) -> str:
@@ -36,6 +43,9 @@ def summary(job) -> str:
     if accuracy is not None:
         value = _number(accuracy)
         return f"accuracy {numbers.significant(100 * value)} %" if value is not None else ""
+    series, step = getattr(job, "summary_series", None), getattr(job, "summary_last_step", None)
+    if series:
+        return f"step {step:,} · {series} series"
     return ""
 
 

@@ -190,3 +190,22 @@ def test_a_parents_children_are_served_with_their_summaries(calibration_with_chi
     assert 'id="child-table"' in page and "accuracy 76.3 %" in page
     client.force_login(Job.objects.get(pk=jobs["theirs"].pk).created_by)
     assert client.get(f"/api/jobs/{jobs['Budget sweep'].pk}/children").status_code == 404
+
+
+def test_a_run_without_a_result_says_its_newest_step_and_its_series(member, client):
+    """An MLflow or W&B run has no result: its cell says how far its curves go."""
+    from opdweb.traces.models import TraceSeries
+
+    user, team = member
+    run = Job.objects.create(team=team, created_by=user, kind="external", name="mlflow run", state="running",
+                             config={}, result=None)
+    for key, last in [("train/loss", 1200), ("eval/accuracy", 1000), ("lr", 1250)]:
+        TraceSeries.objects.create(job=run, key=key, first_step=0, last_step=last)
+    bare = Job.objects.create(team=team, created_by=user, kind="external", name="empty run", state="running",
+                              config={}, result=None)
+    client.force_login(user)
+    page = client.get("/jobs/").content.decode()
+    row = page.split(f'data-job-id="{run.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="result">step 1,250 · 3 series</td>' in row, row
+    empty = page.split(f'data-job-id="{bare.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="result"></td>' in empty, empty
