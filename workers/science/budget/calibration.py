@@ -141,10 +141,11 @@ def run_calibration(cfg: CalibrationJobConfig, reporter: Reporter | None = None)
             continue
         break
     if budget.status == "below_ladder":
-        words = _undecided_words(cfg, budget, extensions) if budget.levels[0].judgement == "inconclusive" \
-            else _harmful_words(cfg, budget, extensions)
+        undecided = budget.levels[0].judgement == "inconclusive"
+        words = (_undecided_words if undecided else _harmful_words)(cfg, budget, extensions)
         ladder.reporter.progress(1.0, words.split(":", 1)[0])
-        return _no_budget(cfg, ladder, budget, extensions, bisections, words)
+        return _no_budget(cfg, ladder, budget, "undecided" if undecided else "below_ladder", extensions, bisections,
+                          words)
     transfer = _transfer_check(cfg, ladder) if cfg.transfer else []
     ladder.reporter.progress(1.0, "budget not reached" if budget.status == "not_reached"
                              else f"budget {budget.budget:.3g}x")
@@ -321,10 +322,9 @@ def _harmful_words(cfg: CalibrationJobConfig, budget: Budget, extensions: int) -
             "(levels nearer 1).")
 
 
-def _no_budget(cfg: CalibrationJobConfig, ladder: _Ladder, budget: Budget, extensions: int, bisections: int,
-               message: str) -> CalibrationResult:
+def _no_budget(cfg: CalibrationJobConfig, ladder: _Ladder, budget: Budget, status: str, extensions: int,
+               bisections: int, message: str) -> CalibrationResult:
     """A curve that shows no budget (its lowest level is not within): the curve, and the message saying why."""
-    status = "undecided" if budget.levels[0].judgement == "inconclusive" else "below_ladder"
     return CalibrationResult(**_common(cfg, ladder, ladder.learned()), budget=None, status=status,
                              bracket=budget.bracket, curve=[_curve_row(j) for j in budget.levels],
                              extensions=extensions, bisections=bisections, message=message)
