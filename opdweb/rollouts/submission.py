@@ -2,18 +2,15 @@
 turned into the canonical config, or refused with one plain sentence per field."""
 from __future__ import annotations
 
-import difflib
-
 import yaml
 from django.conf import settings
-from pydantic import BaseModel
 
 from opdweb.api import check_storable
 from opdweb.exports import FORMATS, target_refusals
 from opdweb.refusals import Refused
 from opdweb.rollouts.canonical import ValidationError, canonical_rollout, config_hash
 from opdweb.rollouts.form_schema import ROLLOUT_FIELDS, set_at
-from workers.science.config import RolloutConfig
+from workers.science.config import RolloutConfig, validation_problems
 
 #: The largest whole number (either side of zero) a rollout config may hold.  Every field's
 #: own bound is far smaller; this one is checked before anything is built, so that no number
@@ -154,58 +151,18 @@ def config_from_yaml(text: str) -> dict:
     return data
 
 
-def _model_at(loc: tuple) -> type[BaseModel] | None:
-    """The schema class that holds the field at ``loc`` (for the names it knows)."""
-    model: type[BaseModel] = RolloutConfig
-    for part in loc[:-1]:
-        field = model.model_fields.get(str(part))
-        annotation = field.annotation if field is not None else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return None
-        model = annotation
-    return model
-
-
-def _plain(err: dict) -> str:
-    """One pydantic error in plain words."""
-    kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
-    if kind == "extra_forbidden":
-        model = _model_at(err["loc"])
-        known = list(model.model_fields) if model else []
-        close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.6)
-        return "is not a field of a rollout config" + (f"; did you mean {close[0]!r}?" if close else "")
-    if kind == "literal_error":
-        return f"must be one of {ctx.get('expected', '')} (got {got!r})"
-    if kind in ("greater_than_equal", "greater_than"):
-        return (f"must be at least {ctx.get('ge', ctx.get('gt'))}"
-                f"{'' if kind.endswith('equal') else ' (exclusive)'} (got {got!r})")
-    if kind in ("less_than_equal", "less_than"):
-        return f"must be at most {ctx.get('le', ctx.get('lt'))} (got {got!r})"
-    if kind in ("int_parsing", "int_type", "int_from_float"):
-        return f"must be a whole number (got {got!r})"
-    if kind in ("float_parsing", "float_type", "finite_number"):
-        return f"must be a number (got {got!r})"
-    if kind in ("bool_parsing", "bool_type"):
-        return f"must be true or false (got {got!r})"
-    if kind == "too_long":
-        return f"has too many entries (at most {ctx.get('max_length')})"
-    return err["msg"].removeprefix("Value error, ")
-
-
 def problems_in_plain_words(exc: ValidationError) -> list[dict]:
-    """``[{field, message}]``; a problem with the combination of fields has field ``""``."""
+    """``[{field, message}]`` in the words every form uses (:func:`validation_problems`);
+    a problem with the combination of fields has field ``""``."""
     problems = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(part for part in err["loc"] if not str(part).startswith("function-after"))
+    for problem in validation_problems(exc, root="", model=RolloutConfig):
+        parts = problem["field"].split(".")
         # keep_bf16 entries are int-or-string: name the entry, not the union's branches.
-        if len(loc) >= 2 and loc[0] == "keep_bf16" and isinstance(loc[1], int):
-            loc = loc[:2]
-        problems.append({"field": ".".join(str(p) for p in loc), "message": _plain(err)})
-    unique = []
-    for problem in problems:
-        if problem not in unique:
-            unique.append(problem)
-    return unique
+        if len(parts) > 2 and parts[0] == "keep_bf16" and parts[1].isdigit():
+            problem = {**problem, "field": ".".join(parts[:2])}
+        if problem not in problems:
+            problems.append(problem)
+    return problems
 
 
 def check_rollout_config(data: dict) -> tuple[dict, str]:

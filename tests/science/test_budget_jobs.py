@@ -119,7 +119,7 @@ def test_where_the_unit_measures_zero_the_admission_decides_on_the_absolute_k3(s
 @pytest.mark.parametrize("over, flag, message", [
     ({"checkpoint_hash": "0" * 64}, None, "calibrated on checkpoint"),
     ({"task": "arithmetic:3"}, None, "calibrated on task 'arithmetic:3'"),
-    ({"metric": "chi3"}, None, "--budget (metric): Input should be"),
+    ({"metric": "chi3"}, None, "--budget (metric): must be one of"),
     ({}, ("--metric", "k1"), "differs from the budget's metric 'k3'"),
     # the unit pair's trainer half: a budget against a bf16 trainer judges no fp32-trainer multiple, and a budget
     # calibrated before the pair was named (an fp32 trainer) no bf16-trainer one
@@ -135,8 +135,8 @@ def test_admission_refuses_a_budget_that_does_not_apply(student, tmp_path, budge
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--tolerance", "-1"), "--tolerance: Input should be greater than or equal to 0"),
-    (("--levels", "10"), "--levels: List should have at least 2 items"),
+    (("--tolerance", "-1"), "--tolerance: must be at least 0"),
+    (("--levels", "10"), "--levels: has too few entries (at least 2)"),
     (("--levels", "100,10"), "strictly ascending"),
     (("--metric", "k9"), "invalid choice: 'k9'"),
 ])

@@ -115,7 +115,7 @@ def test_a_bad_option_names_the_option_not_the_yaml(student, fp8_yaml, capsys):
     assert main(["mismatch", "--model", student, "--config", fp8_yaml, "--prompts", "0"]) == 2
     lines = error_lines(capsys)
     assert "invalid configuration" not in lines[0] and "options" in lines[0]
-    assert lines[1].strip().startswith("--prompts:") and "greater than or equal to 1" in lines[1]
+    assert lines[1].strip().startswith("--prompts:") and "must be at least 1" in lines[1]
 
 
 @pytest.mark.parametrize("model,yaml_text,options,needles", [

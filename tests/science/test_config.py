@@ -59,7 +59,7 @@ def test_it_names_an_unknown_dtype():
 
 def test_it_refuses_negative_sigma():
     (line,) = problems("noise_sigma: -0.1")
-    assert line.startswith("noise_sigma:") and "greater than or equal to 0" in line
+    assert line.startswith("noise_sigma:") and "must be at least 0" in line
 
 
 def test_it_gives_one_line_per_problem():
@@ -72,7 +72,7 @@ def test_it_gives_one_line_per_problem():
 def test_it_refuses_bad_regexes_and_negative_layer_indices():
     assert problems("keep_bf16: ['re:(']")[0].startswith("keep_bf16:")
     first = problems("keep_bf16: [-1]")[0]
-    assert first.startswith("keep_bf16.0") and "greater than or equal to 0 (got -1)" in first
+    assert first.startswith("keep_bf16.0") and "must be at least 0 (got -1)" in first
 
 
 def test_it_refuses_inconsistent_options():
@@ -89,11 +89,11 @@ def test_it_gives_clear_errors_for_non_mappings_and_missing_files(tmp_path):
 
 @pytest.mark.parametrize("config,fields,problem", [
     (MismatchJobConfig, {"prompts": MAX_PROMPTS + 1},
-     {"field": "prompts", "message": f"Input should be less than or equal to {MAX_PROMPTS} (got {MAX_PROMPTS + 1})"}),
+     {"field": "prompts", "message": f"must be at most {MAX_PROMPTS} (got {MAX_PROMPTS + 1})"}),
     (MismatchJobConfig, {"max_new_tokens": 10**6},
-     {"field": "max_new_tokens", "message": "Input should be less than or equal to 8192 (got 1000000)"}),
+     {"field": "max_new_tokens", "message": "must be at most 8192 (got 1000000)"}),
     (SensitivityJobConfig, {"target": -1.0},
-     {"field": "target", "message": "Input should be greater than 0 (got -1.0)"}),
+     {"field": "target", "message": "must be more than 0.0 (got -1.0)"}),
     (DriftJobConfig, {"extra_field": 1}, {"field": "extra_field", "message": "unknown field"}),
 ])
 def test_job_configs_refuse_huge_requests(config, fields, problem):

@@ -125,9 +125,9 @@ def test_an_unknown_yaml_key_gets_a_did_you_mean(member_client):
     assert response.status_code == 400
     problems = response.context["problems"]
     assert {"field": "noise_sigam",
-            "message": "is not a field of a rollout config; did you mean 'noise_sigma'?"} in problems
+            "message": "unknown field; did you mean 'noise_sigma'?"} in problems
     assert {"field": "sampling.temprature",
-            "message": "is not a field of a rollout config; did you mean 'temperature'?"} in problems
+            "message": "unknown field; did you mean 'temperature'?"} in problems
     assert "did you mean &#x27;noise_sigma&#x27;?" in response.content.decode()
     assert RolloutConfigRecord.objects.count() == 0
 
@@ -397,3 +397,23 @@ def test_a_config_that_names_a_trainer_must_be_an_engine_that_trainer_builds(mem
     assert RolloutConfigRecord.objects.get().config["targets"] == ["verl"]
     response = client.post("/configs/new/", form_data(team, name="twice", targets="verl\nverl"))
     assert response.status_code == 400 and "each target is named once" in response.content.decode()
+
+
+def test_the_job_form_and_the_config_form_word_a_bad_value_alike(member_client):
+    """One wording for field errors: the same bad rollout values, sent through a job's config
+    and through the config form's YAML, get the same message (the product's words, with the
+    value as sent), not pydantic's on one form and the product's on the other."""
+    client, user, team = member_client
+    bad = {"noise_sigma": -0.5, "block_size": 0, "sampling": {"top_p": 2, "temperature": "hot"}, "wieghts": "bf16"}
+    expected = {"noise_sigma": "must be at least 0.0 (got -0.5)", "block_size": "must be at least 1 (got 0)",
+                "sampling.top_p": "must be at most 1.0 (got 2)", "sampling.temperature": "must be a number (got 'hot')",
+                "wieghts": "unknown field; did you mean 'weights'?"}
+    response = client.post("/configs/new/", {"source": "yaml", "team": team.slug, "yaml": json.dumps(bad)})
+    assert response.status_code == 400
+    on_config_form = {p["field"]: p["message"] for p in response.context["problems"]}
+    response = client.post("/jobs/new/", {"kind": "mismatch", "team": team.slug, "view": "json",
+                                          "config": json.dumps({"model": "student", "rollout": bad})})
+    assert response.status_code == 400
+    on_job_form = {p["field"].removeprefix("rollout."): p["message"] for p in response.context["general_problems"]}
+    assert on_config_form == expected
+    assert {field: on_job_form[field] for field in expected} == expected

@@ -81,9 +81,9 @@ def test_a_refused_field_is_shown_under_its_input_with_what_was_typed(member, cl
     page = response.content.decode()
     assert "Not submitted: 2 problems in the config, shown at their fields." in page
     assert 'name="steps" value="many"' in page and 'name="sleep_s" value="99"' in page
-    assert '<small class="error field-error" data-field="steps">Input should be a valid integer</small>' in page
-    assert '<small class="error field-error" data-field="sleep_s">Input should be less than or equal to 10 (got 99)' \
-        in page
+    assert ('<small class="error field-error" data-field="steps">must be a whole number (got &#x27;many&#x27;)</small>'
+            in page)
+    assert '<small class="error field-error" data-field="sleep_s">must be at most 10.0 (got 99)' in page
 
 
 def test_a_tampered_select_shows_what_was_sent_with_its_error(member, client):
@@ -95,7 +95,7 @@ def test_a_tampered_select_shows_what_was_sent_with_its_error(member, client):
     fields = kind_fields(response.content.decode(), "mismatch")
     assert selected(fields, "f-mismatch-trainer_dtype") == "fp64"  # not "auto", the first option
     assert "fp64 (not a choice)" in fields
-    assert re.search(r'data-field="trainer_dtype">Input should be .auto., .fp32., .bf16. or .fp16. \(got .fp64.\)',
+    assert re.search(r'data-field="trainer_dtype">must be one of .auto., .fp32., .bf16. or .fp16. \(got .fp64.\)',
                      html.unescape(fields))
 
 

@@ -59,7 +59,7 @@ def test_it_runs_from_the_command_line(triangle_kind, capsys):
     assert cli(["triangle", "--count", "5", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"last": 15}
     assert cli(["triangle", "--count", "0"]) == 2
-    assert "count: Input should be greater than or equal to 1 (got '0')" in capsys.readouterr().err
+    assert "count: must be at least 1 (got '0')" in capsys.readouterr().err
 
 
 def test_the_worker_task_runs_it(client, member, triangle_kind, transactional_db, monkeypatch):

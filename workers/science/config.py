@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Union, get_args
+from typing import Annotated, Any, Callable, Literal, Mapping, Union, get_args
 
 import re2
 import yaml
@@ -370,28 +370,67 @@ def _load_yaml(text: str, what: str, expected: type):
     return data
 
 
-_SHOW_INPUT = {"literal_error", "greater_than_equal", "less_than_equal", "greater_than", "less_than"}
+def plain_message(err: Mapping[str, Any]) -> str:
+    """One pydantic error in the product's words, the value as sent where it helps
+    (``must be at least 1 (got 0)``); an unknown field is answered by the caller."""
+    kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '')} (got {got!r})"
+    if kind == "greater_than_equal":
+        return f"must be at least {ctx.get('ge')} (got {got!r})"
+    if kind == "greater_than":
+        return f"must be more than {ctx.get('gt')} (got {got!r})"
+    if kind == "less_than_equal":
+        return f"must be at most {ctx.get('le')} (got {got!r})"
+    if kind == "less_than":
+        return f"must be less than {ctx.get('lt')} (got {got!r})"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return f"must be a whole number (got {got!r})"
+    if kind in ("float_parsing", "float_type", "finite_number"):
+        return f"must be a number (got {got!r})"
+    if kind in ("bool_parsing", "bool_type"):
+        return f"must be true or false (got {got!r})"
+    if kind in ("string_type", "string_sub_type"):
+        return f"must be a string (got {got!r})"
+    if kind in ("list_type", "tuple_type"):
+        return f"must be a list (got {got!r})"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be an object (got {got!r})"
+    if kind == "missing":
+        return "is required"
+    if kind == "too_long":
+        return f"has too many entries (at most {ctx.get('max_length')})"
+    if kind == "too_short":
+        return f"has too few entries (at least {ctx.get('min_length')})"
+    if kind == "string_too_long":
+        return f"is too long (at most {ctx.get('max_length')} characters)"
+    if kind == "string_too_short":
+        return "must not be empty" if ctx.get("min_length") == 1 else \
+            f"is too short (at least {ctx.get('min_length')} characters)"
+    if kind == "string_pattern_mismatch":
+        return f"must match {ctx.get('pattern')} (got {got!r})"
+    return str(err["msg"]).removeprefix("Value error, ")
 
 
 def validation_problems(exc: ValidationError, root: str = "config",
                         model: type[BaseModel] | None = None) -> list[dict]:
-    """One ``{"field": "rollout.noise_sigma", "message": "must be >= 0 (got -0.1)"}`` per
-    problem; ``root`` names a problem with the whole object.  Given the ``model`` validated,
-    an unknown field names the closest known one (``unknown field; did you mean 'steps'?``).
-    The CLI prints these, the web answers them as a 400's ``errors``."""
+    """One ``{"field": "rollout.noise_sigma", "message": "must be at least 0 (got -0.1)"}``
+    per problem, in the product's words (:func:`plain_message`: the job form, the config
+    form, the API and the CLI all say the same); ``root`` names a problem with the whole
+    object.  Given the ``model`` validated, an unknown field names the closest known one
+    (``unknown field; did you mean 'steps'?``)."""
     problems = []
     for err in exc.errors(include_url=False):
         parts = [part for part in err["loc"] if not str(part).startswith("function-after")]
         loc = ".".join(str(part) for part in parts) or root
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] in _SHOW_INPUT:
-            msg = f"{msg} (got {err.get('input')!r})"
-        elif err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden":
             msg = "unknown field"
             close = difflib.get_close_matches(str(parts[-1]), _field_names(model, parts[:-1]), n=1, cutoff=0.6) \
                 if parts else []
             if close:
                 msg += f"; did you mean {close[0]!r}?"
+        else:
+            msg = plain_message(err)
         problems.append({"field": loc, "message": msg})
     return problems
 
@@ -427,5 +466,6 @@ __all__ = [
     "SensitivityJobConfig",
     "ValidationError",
     "describe_validation_error",
+    "plain_message",
     "validation_problems",
 ]
