@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from opdweb.api import Routes
 from opdweb.jobs.access import may_see_traceback, visible_job
-from opdweb.jobs.actions import do_cancel_job, do_submit_job
+from opdweb.jobs.actions import check_job_config, do_cancel_job, do_submit_job
+from opdweb.jobs.estimates import estimate
 from opdweb.jobs.models import Job
 from opdweb.jobs.summaries import child_rows
 from opdweb.refusals import Refused
@@ -180,21 +181,45 @@ def list_jobs(request, query: JobFilter):
     return jobs
 
 
+def submitting_team(user, slug: str | None):
+    """The team ``user`` submits to: the one named, else their only one."""
+    teams = teams_of(user, Role.MEMBER)
+    if slug:
+        team = teams.filter(slug=slug).first()
+        if team is None:
+            raise Refused(f"you cannot submit jobs to team {slug!r}", status=403)
+        return team
+    candidates = list(teams[:2])
+    if len(candidates) != 1:
+        names = ", ".join(t.slug for t in teams) or "no team"
+        raise Refused(f"name a team: you may submit to {names}", status=400 if candidates else 403)
+    return candidates[0]
+
+
 @routes.route("POST", "jobs", summary="Submit a job", body=JobIn, body_schema=job_submission_schema, response=JobOut,
               status=201, errors=(400, 403, 413, 503))  # 503: the broker is unreachable
 def submit_job(request, body: JobIn):
-    teams = teams_of(request.user, Role.MEMBER)
-    if body.team:
-        team = teams.filter(slug=body.team).first()
-        if team is None:
-            raise Refused(f"you cannot submit jobs to team {body.team!r}", status=403)
-    else:
-        candidates = list(teams[:2])
-        if len(candidates) != 1:
-            names = ", ".join(t.slug for t in teams) or "no team"
-            raise Refused(f"name a team: you may submit to {names}", status=400 if candidates else 403)
-        team = candidates[0]
+    team = submitting_team(request.user, body.team)
     return do_submit_job(team=team, user=request.user, kind_name=body.kind, config=body.config, name=body.name)
+
+
+class EstimateOut(BaseModel):
+    seconds: float | None = Field(..., description="how long the job would run once a worker takes it; null: "
+                                                   "nothing to go by yet")
+    ceiling: bool = Field(..., description="the figure assumes every answer runs to max_new_tokens")
+    words: str = Field(..., description="the figure as the form says it, e.g. `up to 7 minutes`")
+    basis: str = Field(..., description="how it was made")
+    note: str = Field(..., description="what may make the job run longer; empty when nothing")
+
+
+@routes.route("POST", "jobs/estimate", summary="How long a job would run, before submitting it", body=JobIn,
+              body_schema=job_submission_schema, response=EstimateOut, errors=(400, 403, 413))
+def estimate_job(request, body: JobIn):
+    team = submitting_team(request.user, body.team)
+    kind, config = check_job_config(body.kind, body.config, team)
+    found = estimate(team.pk, kind.name, config)
+    return EstimateOut(seconds=found.seconds, ceiling=found.ceiling, words=found.words, basis=found.basis,
+                       note=found.note)
 
 
 @routes.route("GET", "jobs/<int:job_id>", summary="One job", response=JobOut, errors=(404,))

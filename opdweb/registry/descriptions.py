@@ -7,6 +7,7 @@ from django.dispatch import receiver
 
 from opdweb.jobs.actions import do_submit_job
 from opdweb.jobs.checkpoints import KNOWN_DIGESTS
+from opdweb.jobs.estimates import MODEL_CONFIGS
 from opdweb.jobs.signals import job_succeeded
 from opdweb.refusals import Refused
 from opdweb.registry.models import CheckpointDescription, RegisteredModel
@@ -27,6 +28,15 @@ def current_digest(uri: str) -> str | None:
 
 
 KNOWN_DIGESTS.append(current_digest)
+
+
+def stored_config(uri: str) -> dict | None:
+    """``uri``'s config.json as a worker last read it (None when never read)."""
+    described = latest(uri)
+    return described.config_json if described is not None else None
+
+
+MODEL_CONFIGS.append(stored_config)
 
 
 def facts_of(uri: str) -> CheckpointFacts:

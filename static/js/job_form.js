@@ -112,8 +112,49 @@
     set.addEventListener("change", copyFieldsToJson);
   }
 
+  // How long the job would run, asked of the server as the config changes (opdweb/jobs/
+  // estimates.py): from the team's runs of the model, else from its size.  Said only for a
+  // config the server accepts; the answer to an older question is dropped.
+  const estimate = document.getElementById("estimate");
+  const csrf = document.querySelector("input[name=csrfmiddlewaretoken]").value;
+  let asked = 0, timer = null;
+  function configToEstimate() {
+    if (config.value === shown) return configFromFields();
+    try { return JSON.parse(config.value); } catch (e) { return null; }
+  }
+  async function askEstimate() {
+    const mine = ++asked;
+    const built = configToEstimate();
+    if (built === null || !team.value) { estimate.hidden = true; return; }
+    let answer;
+    try {
+      const response = await fetch("/api/jobs/estimate", {
+        method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/json", "X-CSRFToken": csrf},
+        body: JSON.stringify({kind: kind.value, team: team.value, config: built}),
+      });
+      answer = response.ok ? await response.json() : null;
+    } catch (e) { answer = null; }
+    if (mine !== asked) return;
+    if (answer === null) { estimate.hidden = true; return; }
+    estimate.textContent = `Estimated run time: ${answer.words}, once a worker takes it (${answer.basis}` +
+      (answer.note ? `; ${answer.note}` : "") + ").";
+    estimate.dataset.seconds = answer.seconds === null ? "" : String(answer.seconds);
+    estimate.hidden = false;
+  }
+  function estimateSoon() { clearTimeout(timer); timer = setTimeout(askEstimate, 400); }
+  for (const source of [kind, team, config, ...pickers]) {
+    source.addEventListener("change", estimateSoon);
+    source.addEventListener("input", estimateSoon);
+  }
+  for (const set of document.querySelectorAll("fieldset.kind-fields")) {
+    set.addEventListener("input", estimateSoon);
+    set.addEventListener("change", estimateSoon);
+  }
+
   team.addEventListener("change", () => { fillPickers(); fillFieldPickers(); });
   fillPickers();
   showTeacher();
   showFields();
+  askEstimate();
 })();

@@ -87,6 +87,8 @@ NOT_IN_MATRIX = {
     "mlflow/<path:path>": "trainers with a run token, not sessions (test_api_tokens.py, test_mlflow_endpoints.py)",
     "api/runs/<str:run_id>/points": "trainers with a run token, not sessions (test_run_points.py)",
     "api/jobs/<int:job_id>/series/batch": "a POST of reads, by the job's viewers (test_trace_reads.py)",
+    "api/jobs/estimate": "a member's estimate for a job of their own team, from that team's history only "
+                         "(test_job_estimates.py)",
     "mlflow/": "public: a page of script that reads the run link's fragment (test_mlflow_reading.py)",
     "mlflow/runs/<str:run_id>": "the run's team only, else 404, a login first (test_mlflow_reading.py)",
     "mlflow/experiments/<str:experiment_id>": "a redirect to the signed-in user's job list (test_mlflow_reading.py)",

@@ -4,8 +4,10 @@ what was typed after a refusal (with "did you mean" in the JSON view), and the c
 panels in the same order on every load."""
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
 
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from opdweb.approvals.models import ApprovalRequest
@@ -16,7 +18,7 @@ from opdweb.traces.sink import TraceSink
 from tests.web.approval_world import make_budget, make_checkpoint
 from tests.web.browser import log_in
 from tests.web.conftest import wait_for
-from tests.web.factories import MembershipFactory
+from tests.web.factories import JobFactory, MembershipFactory
 from tests.web.results import admission_result
 from workers.science.fingerprint import checkpoint_digest
 
@@ -89,7 +91,7 @@ def test_the_job_form_keeps_what_was_typed_and_offers_did_you_mean(member, asgi_
     page.fill("input[name=name]", "typed")
     page.click("#submit-fields")
     expect(page.locator("#form-error")).to_have_text("Not submitted: 1 problem in the config, shown at its field.")
-    expect(page.locator(".field-error[data-field=steps]")).to_have_text("Input should be a valid integer")
+    expect(page.locator(".field-error[data-field=steps]")).to_have_text("must be a whole number (got 'many')")
     expect(page.locator("#f-selftest-steps")).to_have_value("many")
     expect(page.locator("#f-selftest-sleep_s")).to_have_value("0.01")
     expect(page.locator("input[name=name]")).to_have_value("typed")
@@ -124,6 +126,33 @@ def test_what_is_typed_in_the_fields_is_copied_into_the_json_box_until_the_box_i
     page.click("#submit-json")
     expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
     assert Job.objects.get().config["steps"] == 5
+
+
+def test_the_form_says_how_long_a_job_would_run_before_it_is_submitted(start_asgi_server, page, tmp_path):
+    models = tmp_path / "models"
+    (models / "smollm2").mkdir(parents=True)
+    (models / "smollm2" / "config.json").write_text("{}")
+    model = str(models / "smollm2")
+    base = "http://" + start_asgi_server(OPDWEB_MODEL_ROOTS=str(models))
+    member = MembershipFactory(role=Role.MEMBER)
+    end = timezone.now()
+    JobFactory(team=member.team, kind="mismatch", state=JobState.SUCCEEDED, config={"model": model, "prompts": 32},
+               started_at=end - timedelta(seconds=64), finished_at=end)  # 2 s a prompt
+
+    log_in(page, base, member.user)
+    page.goto(f"{base}/jobs/new/")
+    estimate = page.locator("#estimate")
+    expect(estimate).to_contain_text("Estimated run time: no estimate")  # a selftest: nothing to go by yet
+    page.select_option("select[name=kind]", "mismatch")
+    page.click("#advanced summary")
+    page.locator("textarea[name=config]").fill(json.dumps({"model": model, "prompts": 30, "target_ci": 0}))
+    expect(estimate).to_have_text("Estimated run time: about a minute, once a worker takes it (30 prompts at "
+                                  "2.00 s each, the median of the team's last 1 finished mismatch job of this model).")
+    page.locator("textarea[name=config]").fill(json.dumps({"model": model, "prompts": 300, "target_ci": 0}))
+    expect(estimate).to_contain_text("Estimated run time: about 10 minutes")
+    page.locator("textarea[name=config]").fill(json.dumps({"model": model, "prompts": 0}))
+    expect(estimate).to_be_hidden()  # a config the server refuses has no estimate (the refusal comes at submit)
+    assert Job.objects.count() == 1
 
 
 def test_the_charts_are_grouped_in_panels_in_the_same_order_on_every_load(member, asgi_server, page):
