@@ -2,13 +2,15 @@
 in its own network namespace with its own ``var/`` (tests/cluster/cluster.py).  A checkpoint
 registered by ``s3://`` URI is read and admission-checked on the worker host, approved and
 exported naming the URI; then a second worker host joins while jobs queue and takes some,
-and a worker host cut off from the network mid-job loses the job to another host without
-the job being lost or recorded twice."""
+a worker host cut off from the network mid-job loses the job to another host without
+the job being lost or recorded twice, and interactive work goes first whichever host's
+worker frees up."""
 from __future__ import annotations
 
 import hashlib
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,37 @@ def test_the_object_store_killed_as_a_worker_reads_comes_back_and_the_read_compl
     for host, _ in cluster.workers.values():  # a host that never fetched has no cache at all
         partial = host.dir / "var" / "cache" / "checkpoints" / ".partial"
         assert not partial.exists() or list(partial.iterdir()) == []
+
+
+def test_interactive_work_goes_first_whichever_host_frees_up(cluster):
+    """The scheduling rules across hosts: four training runs are queued before a measurement
+    on two worker hosts' gpu workers; the measurement still starts before every run that
+    was waiting when it came (its priority is in the broker every host's workers take from,
+    and a running training run makes way for it), and the runs end on both hosts."""
+    if "worker2" not in cluster.workers:
+        cluster.add_worker("worker2")
+    teacher = "s3://checkpoints/lab/teacher"
+    cluster.upload(SHIPPED_STUDENT.parent / "teacher", "checkpoints", "lab/teacher")
+    api = ApiClient(cluster, cluster.ids["token"])
+
+    def submit(kind: str, config: dict) -> int:
+        r = api.request("POST", "/api/jobs", json={"kind": kind, "team": "lab", "config": config})
+        assert r.status_code in (200, 201), r.text
+        return r.json()["id"]
+
+    train = {"model": URI, "teacher": teacher, "method": "opd", "loss": "full", "steps": 60, "batch_size": 8,
+             "eval_every": 60, "eval_prompts": 50, "device": "cpu"}
+    trains = [submit("train", train) for _ in range(4)]
+    wait(lambda: sum(api.job(t)["state"] == "running" for t in trains) == 2, 300, "two runs to train",
+         logs=logs(cluster))
+    measure = submit("mismatch", {"model": URI, "rollout": FP8, "prompts": 8, "max_new_tokens": 4,
+                                  "bootstrap": 50, "target_ci": 0, "device": "cpu"})
+    measured = api.wait_job(measure, logs=logs(cluster))
+    assert measured["state"] == "succeeded", measured["error"]
+    ended = [api.wait_job(t, logs=logs(cluster)) for t in trains]
+    assert [j["state"] for j in ended] == ["succeeded"] * 4, [j["error"] for j in ended]
+    # Every run that (re)started after the measurement came started after the measurement did.
+    came, started = (datetime.fromisoformat(measured[k]) for k in ("created_at", "started_at"))
+    later = [at for at in (datetime.fromisoformat(j["started_at"]) for j in ended) if at > came]
+    assert later and min(later) > started, (came, started, later)
+    assert {host_of(j) for j in ended} == {"worker1", "worker2"}, [j["worker"] for j in ended]
