@@ -186,6 +186,32 @@ def test_the_calibration_example_offered_on_the_form_learns(student, teacher):
     assert trained.final_accuracy - trained.start_accuracy > 0.2, (trained.start_accuracy, trained.final_accuracy)
 
 
+def test_the_example_calibration_decides_a_budget_at_the_real_tolerance(student, teacher):
+    """The Budgets page's example, as shipped (100 steps x 256, ladder 100x and 1,000x, 3 seeds up
+    to 8), decides at the 1.4-point tolerance: a budget, not undecided or uninformative.  Every
+    level's judgement is re-derived here from its seeds' accuracies: its drop, the baseline's mean
+    minus its own, and a level shown within has the upper end of its drop's interval inside the
+    tolerance, which for a drop of 0 with no spread on either side is the drop itself."""
+    example = get_kind(Kind.CALIBRATION).example(student)
+    cfg = CalibrationJobConfig.model_validate({**example, "teacher": teacher, "device": "cpu", "threads": 1})
+    assert cfg.tolerance == 1.4 and cfg.levels == [100.0, 1000.0]  # the paper's tolerance, the example's ladder
+    r = get_kind(Kind.CALIBRATION).run(cfg)
+    assert r.status in ("reached", "not_reached"), r.message
+    assert r.stores_budget and r.budget is not None and r.curve
+    base = r.baseline.accuracies
+    assert len(base) >= 3 and r.learning is not None and r.learning.informative
+    for level in r.curve:
+        drop = 100 * (sum(base) / len(base) - sum(level.accuracies) / len(level.accuracies))
+        assert level.drop_points == pytest.approx(drop, abs=1e-9)
+        if level.within:
+            assert level.drop_ci is not None and level.drop_ci[1] <= 1.4
+            if len(set(base)) == len(set(level.accuracies)) == 1:  # no spread: the interval is the drop
+                assert level.drop_ci[0] == pytest.approx(drop, abs=1e-9) == level.drop_ci[1]
+    if r.status == "not_reached":  # every level within: the budget is at least the highest level measured
+        assert all(level.within for level in r.curve)
+        assert r.budget >= max(level.multiple for level in r.curve)
+
+
 @pytest.mark.parametrize("shown, warned", [([], True), (["quantization"], False), (["quantization+staleness"], False),
                                            (["staleness"], True)])
 def test_admission_names_the_budgets_source_and_warns_on_a_source_never_shown_to_transfer(student, tmp_path,
