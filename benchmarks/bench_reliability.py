@@ -23,8 +23,8 @@ never touches the queues of a running instance; every process it starts is stopp
    come back (the servers by their supervisor, daphne on its port, a fresh worker, the reaper
    and the resender running); then every point the product answered for must be stored
    exactly once, and every job must have succeeded with its points once each.  In a child
-   process with its own embedded PostgreSQL and Redis.  ``--soak-seconds`` (default 120;
-   ``--soak-seconds 600`` for the issue's ten minutes).
+   process with its own embedded PostgreSQL and Redis.  ``--soak-seconds``: ten minutes by
+   default, longer (or shorter) by the flag.
 4. + 5. **schemathesis** (``tests/web/test_openapi_fuzz.py``) and the **authorization
    matrix** (``tests/web/test_authorization_matrix.py``), run by pytest, read from what they print.
 """
@@ -790,8 +790,8 @@ def main() -> int:
     parser.add_argument("--ws-clients-per-job", type=int, default=10)
     parser.add_argument("--ws-steps", type=int, default=300)
     parser.add_argument("--fuzz-examples", type=int, default=25)
-    parser.add_argument("--soak-seconds", type=float, default=120.0,
-                        help="how long the soak's run logs (600 for the issue's ten minutes)")
+    parser.add_argument("--soak-seconds", type=float, default=600.0,
+                        help="how long the soak's run logs (ten minutes by default)")
     parser.add_argument("--soak-rate", type=int, default=1000, help="the soak run's points per second")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the started processes' logs (their folder is printed on failure)")
