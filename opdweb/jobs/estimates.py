@@ -27,6 +27,7 @@ from typing import Callable
 from opdweb.jobs.models import Job, JobState
 from opdweb.jobs.scheduling import HISTORY
 from workers.science.entrypoints import get_kind
+from workers.science.kinds import Kind
 
 #: The stored ``config.json`` of a checkpoint reference (None when no worker has read it),
 #: set by the app that keeps checkpoint descriptions (opdweb.registry).
@@ -56,7 +57,7 @@ class Cost:
 REFERENCE_MACHINE = "2 CPU cores"
 REFERENCE = Cost(startup_s=12.6, startup_per_parameter_s=1.64e-7, per_token_s=1.0e-4, per_parameter_token_s=1.66e-10)
 #: The kinds that sample and score prompts, priced by :func:`token_passes`.
-SIZED_KINDS = ("mismatch", "admission", "drift", "sensitivity")
+SIZED_KINDS = (Kind.MISMATCH, Kind.ADMISSION, Kind.DRIFT, Kind.SENSITIVITY)
 
 
 @dataclass(frozen=True)
@@ -124,9 +125,9 @@ def token_passes(kind: str, config: dict, model_config: dict) -> int | None:
     new_tokens = tokens // max(1, prompts_of(kind, config) or 1)
     layers = int(model_config.get("text_config", model_config).get("num_hidden_layers") or 1)
     passes = 2 * tokens
-    if kind == "sensitivity":
+    if kind == Kind.SENSITIVITY:
         passes += tokens * layers * (8 if config.get("granularity", config.get("unit")) == "module" else 1)
-    if kind == "admission":
+    if kind == Kind.ADMISSION:
         if config.get("drift", True):
             passes += 2 * int(config.get("drift_prompts", 32)) * new_tokens
         if config.get("recipe"):
@@ -207,7 +208,7 @@ def _past_ratios(team_id: int, kind: str) -> list[tuple[float, float]]:
 
 
 def _rounds_note(kind: str, config: dict) -> str:
-    if kind not in ("mismatch", "admission") or config.get("target_ci", 0.25) == 0:
+    if kind not in (Kind.MISMATCH, Kind.ADMISSION) or config.get("target_ci", 0.25) == 0:
         return ""
     return ("one round of prompts; if the 95% CI is still wider than target_ci, more rounds run, up to "
             f"max_tokens ({int(config.get('max_tokens', 200_000)):,} tokens)")
