@@ -6,10 +6,12 @@ the sequential seeds, the bisection and the uninformative stop are under test.""
 from __future__ import annotations
 
 import itertools
+import statistics
 from typing import Callable
 
 import pytest
 
+from workers.science.budget.arithmetic import learning
 from workers.science.budget.calibration import run_calibration
 from workers.science.budget.config import CalibrationJobConfig
 from workers.science.budget.results import NoiseSolveResult
@@ -164,8 +166,43 @@ def test_a_calibration_whose_baseline_does_not_learn_is_uninformative_and_trains
 def test_learning_by_less_than_the_required_gain_is_uninformative(student, teacher):
     # Gains of 3 points on both seeds (sd 0): lower end 3.0, short of a required 5.
     world = PlantedWorld(lambda m: 0.23, start=0.20)
-    assert run_calibration(calibration(student, teacher, min_gain=5.0), world).status == "uninformative"
+    r = run_calibration(calibration(student, teacher, min_gain=5.0), world)
+    assert r.status == "uninformative" and "the student did not learn enough" in r.message
+    assert world.asked_for("train-baseline") == ["train-baseline-s0", "train-baseline-s1"]  # no seed would show it
+    assert world.progress_calls[-1] == (1.0, "uninformative: the BF16 baseline did not learn")
     assert run_calibration(calibration(student, teacher, min_gain=2.0), world).status == "not_reached"
+
+
+#: The issue's baseline: 22.0 % -> 53.3 % and 48.3 % on two seeds, then 50.0 % on a third.
+RISE = {0: 0.533, 1: 0.483, 2: 0.500}
+
+
+def test_a_baseline_that_learned_but_spread_gets_more_seeds_before_it_is_called_uninformative(student, teacher):
+    # Two seeds: gains 31.3 and 26.3 points, mean 28.8, sd 3.54; with t(1) = 12.71 the lower end is
+    # 28.8 - 12.71 x 3.54 / sqrt(2) = -3.0, short of the 1.4 required.  A third seed (28.0): mean 28.53,
+    # sd 2.54, t(2) = 4.303, lower end 28.53 - 4.303 x 2.54 / sqrt(3) = 22.2: shown.  No level drops.
+    gains = [31.3, 26.3, 28.0]
+    world = PlantedWorld(lambda m: 0.5, offset=lambda seed: RISE.get(seed, 0.5) - 0.5, start=0.22)
+    r = run_calibration(calibration(student, teacher, max_seeds=8), world)
+    trained = world.asked_for("train-")
+    assert trained[:3] == ["train-baseline-s0", "train-baseline-s1", "train-baseline-s2"]
+    assert not trained[3].startswith("train-baseline")  # three seeds showed it: the levels came next
+    first_three = learning([0.22] * 3, [RISE[s] for s in range(3)], 1.4)
+    assert first_three.informative and first_three.gain_low == pytest.approx(
+        statistics.mean(gains) - 4.302653 * statistics.stdev(gains) / 3 ** 0.5)
+    assert r.status != "uninformative" and r.learning.informative
+
+
+def test_a_baseline_whose_seeds_spread_to_max_seeds_says_so_not_that_it_did_not_learn(student, teacher):
+    # The same two seeds with max_seeds 2: nothing more may run; the words name the spread.
+    world = PlantedWorld(lambda m: 0.5, offset=lambda seed: RISE.get(seed, 0.5) - 0.5, start=0.22)
+    r = run_calibration(calibration(student, teacher, max_seeds=2), world)
+    assert r.status == "uninformative" and r.budget is None and r.curve == []
+    assert r.learning.gain_points == pytest.approx(28.8) and r.learning.gain_low == pytest.approx(-3.0, abs=0.05)
+    assert "it learned, but its seeds spread too much" in r.message and "max_seeds (2)" in r.message
+    assert "did not learn enough" not in r.message
+    assert world.progress_calls[-1] == (1.0, "uninformative: the BF16 baseline's seeds spread too much")
+    assert world.asked_for("train-") == ["train-baseline-s0", "train-baseline-s1"]
 
 
 @pytest.mark.parametrize("over, message", [

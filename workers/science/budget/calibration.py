@@ -3,9 +3,11 @@
 1. For each target multiple of the ladder, a ``noise-solve`` child finds the weight-noise
    sigma that realises it and measures the multiple actually achieved (with its CI) on the
    budget's metric and unit engine; meanwhile the BF16 baseline trains ``seeds`` seeds.
-2. The baseline must have learned (:func:`~.arithmetic.learning`): if its gain over the
-   starting checkpoint does not clear the required margin the calibration ends
-   ``uninformative``, with the figures and what to change, and no budget is stored.
+2. The baseline must have learned (:func:`~.arithmetic.learning`): while its mean gain over
+   the starting checkpoint clears the required margin but the lower end of its interval does
+   not (too few seeds, not too little learning), it gets one more seed at a time up to
+   ``max_seeds``; if the gain is still not shown the calibration ends ``uninformative``,
+   naming which of the two it was and what to change, and no budget is stored.
 3. Equal-step ``train`` children at each level (rollout noise at the solved sigma), ``seeds``
    seeds each; a run's accuracy is its final held-out accuracy.
    The ladder's noise is re-drawn every step or drawn once per run (``noise_draw``: the
@@ -117,8 +119,15 @@ def run_calibration(cfg: CalibrationJobConfig, reporter: Reporter | None = None)
     ladder.run([_noise_child(cfg, t) for t in cfg.levels] + ladder.seed_children("baseline", 0.0, cfg.seeds))
     ladder.order = list(cfg.levels)
     learned = ladder.learned()
+    # Too few seeds is not too little learning: while the mean gain clears the requirement but
+    # its interval's lower end does not, the baseline gets one more seed at a time (max_seeds).
+    while not learned.informative and learned.gain_points > learned.required_points and learned.seeds < cfg.max_seeds:
+        ladder.run(ladder.seed_children("baseline", 0.0, learned.seeds + 1))
+        learned = ladder.learned()
     if not learned.informative:
-        ladder.reporter.progress(1.0, "uninformative: the BF16 baseline did not learn")
+        ladder.reporter.progress(1.0, "uninformative: " + ("the BF16 baseline's seeds spread too much"
+                                                           if _spread_too_much(learned) else
+                                                           "the BF16 baseline did not learn"))
         return _uninformative(cfg, ladder, learned)
     ladder.run([c for t in cfg.levels for c in ladder.seed_children(f"{t:g}x", ladder.solved[t].sigma, cfg.seeds)])
     extensions = bisections = 0
@@ -284,13 +293,25 @@ RULE = ("a level is within budget only when the upper end of its accuracy drop's
         "stated resolution")
 
 
+def _spread_too_much(learned: Learning) -> bool:
+    """The baseline learned more than required on average; its seeds could not show it."""
+    return learned.gain_points > learned.required_points
+
+
 def _uninformative(cfg: CalibrationJobConfig, ladder: _Ladder, learned: Learning) -> CalibrationResult:
     low = "unbounded" if learned.gain_low is None else f"{learned.gain_low:.3g}"
-    message = (f"uninformative: the BF16 baseline went {learned.start_mean:.1%} -> {learned.final_mean:.1%} over "
-               f"{cfg.steps} steps (gain {learned.gain_points:.3g} points, lower end {low}), not more than the "
-               f"{learned.required_points:.3g} points required, so no drop could be told from no learning and no "
-               "budget is stored. Train longer (steps), raise lr or batch_size, or calibrate a pair whose student "
-               "learns from its teacher.")
+    went = (f"the BF16 baseline went {learned.start_mean:.1%} -> {learned.final_mean:.1%} over {cfg.steps} steps "
+            f"(gain {learned.gain_points:.3g} points on average over {learned.seeds} seeds, lower end {low})")
+    if _spread_too_much(learned):
+        message = (f"uninformative: {went}: it learned, but its seeds spread too much to show the gain beyond the "
+                   f"{learned.required_points:.3g} points required, even at max_seeds ({cfg.max_seeds}), so no drop "
+                   "could be told from no learning and no budget is stored. More seeds (max_seeds) or runs that "
+                   "end nearer each other (more steps, a larger batch_size, more eval_prompts) would show it.")
+    else:
+        message = (f"uninformative: {went}, not more than the {learned.required_points:.3g} points required: the "
+                   "student did not learn enough, so no drop could be told from no learning and no budget is "
+                   "stored. Train longer (steps), raise lr or batch_size, or calibrate a pair whose student "
+                   "learns from its teacher.")
     return CalibrationResult(**_common(cfg, ladder, learned), budget=None, status="uninformative",
                              bracket=(None, None), curve=[], extensions=0, bisections=0, message=message)
 
