@@ -42,6 +42,7 @@ def test_members_see_budgets_and_verdicts_and_outsiders_get_404(member, outsider
     client.force_login(user)
     listing = client.get("/budgets/").content.decode()
     assert f'href="/budgets/{budget.pk}/"' in listing and "9.1" in listing
+    assert '<span class="meta pair">of the hf BF16 engine / fp32 trainer</span>' in listing
     detail = client.get(f"/budgets/{budget.pk}/").content.decode()
     # a curve from before drop intervals: its levels were within or not, none is called "beyond"
     assert 'id="budget-curve"' in detail and ">not within<" in detail and ">within<" in detail

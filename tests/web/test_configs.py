@@ -285,6 +285,9 @@ def test_configs_compare_field_by_field_with_their_latest_verdict_per_checkpoint
     assert [v["checkpoint"] for v in verdicts] == ["/m/a", "/m/b"]
     assert verdicts[0]["checks"][0] is None and verdicts[0]["checks"][1].pk == newest.pk
     assert verdicts[1]["checks"][0].result["verdict"] == "pass" and verdicts[1]["checks"][1] is None
+    # Every multiple shown names the unit pair it is of (these checks' unit: the hf engine, no trainer recorded).
+    page = response.content.decode()
+    assert page.count('<span class="meta pair">(hf BF16 engine / fp32 trainer)</span>') == 2
     only = client.get(f"/configs/compare/?ids={bf16.pk},{fp8.pk}&diff=1").content.decode()
     assert 'data-key="weights"' in only and 'data-key="dtype"' not in only
 

@@ -63,6 +63,7 @@ def test_the_page_shows_the_recipe_and_capacity(member, client):
     client.force_login(user)
     page = client.get(f"/jobs/{scan.pk}/").content.decode()
     assert "keep <b>model.layers.1.mlp.down_proj</b> in BF16" in page and "2.5×" in page
+    assert '2.5× <span class="meta pair">(hf BF16 engine / fp32 trainer)</span>' in page  # the recipe's unit pair
     assert 'id="kv-capacity"' in page and "KV cache holds 2× BF16's tokens" in page
     assert 'id="sensitivity-heatmap"' in page and 'id="result-charts"' in page
     assert 'id="glossary"' in page

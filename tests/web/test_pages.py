@@ -96,3 +96,8 @@ def test_a_mismatch_result_is_summarised_on_its_page(client, member):
     assert "7.2×" in page and "[2.08, 23.2]" in page and "628 response tokens" in page
     assert "<td>k1</td><td>0.000319</td><td>-0.000251</td>" in page
     assert "k3 0.000144 against 2e-05 for BF16" in page
+    # The unit pair beside the multiple: a result from before the trainer was named was against an fp32 one.
+    assert '<span class="meta" id="mismatch-pair">· unit pair hf BF16 engine / fp32 trainer</span>' in page
+    paired = JobFactory(team=team, kind="mismatch", config={"model": "m"}, state="succeeded",
+                        result={**result, "unit": {"engine": "vllm", "dtype": "bf16", "trainer": "bf16", "why": "w"}})
+    assert "· unit pair vllm BF16 engine / bf16 trainer" in client.get(f"/jobs/{paired.pk}/").content.decode()

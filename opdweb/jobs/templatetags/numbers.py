@@ -4,6 +4,7 @@ from django import template
 from django.template.defaultfilters import floatformat
 
 from opdweb import numbers
+from workers.science.results import unit_pair as pair_in_words
 
 register = template.Library()
 
@@ -26,6 +27,16 @@ def interval(ends) -> str:
     low, high = ends
     return (f"[{'−∞' if low is None else floatformat(low, 2)}, "
             f"{'∞' if high is None else floatformat(high, 2)}]")
+
+
+@register.filter
+def unit_pair(unit) -> str:
+    """The unit pair a result's multiples are of (its ``unit``, stored or typed: engine and trainer), in words:
+    ``vllm BF16 engine / bf16 trainer``; '' for a result that names no unit."""
+    get = unit.get if isinstance(unit, dict) else lambda name: getattr(unit, name, None)
+    if not get("engine"):
+        return ""
+    return pair_in_words(str(get("engine")), get("trainer"))
 
 
 @register.filter
