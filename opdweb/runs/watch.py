@@ -145,7 +145,8 @@ def _observe_multiple(job, link, rule, state, points, m: MetricIn) -> list[Alert
         if state.above_count >= max(rule.consecutive_steps, 1) and not state.holding.get(AlertKind.BUDGET):
             step = state.above_since_step
             raised.append(_raise(job, link, state, AlertKind.BUDGET, step, m.value, budget,
-                                 f"the multiple {m.value:.4g}x BF16 is above the budget {budget:.4g}x BF16 since "
+                                 f"the multiple {m.value:.4g}x BF16 is above the budget {budget:.4g}x BF16 "
+                                 f"({link.budget.pair}) since "
                                  f"step {step} ({state.above_count} steps in a row; rule "
                                  f"{OVER_FOR_CONSECUTIVE_STEPS})"))
             _mark_breached(link, job, step)
@@ -178,6 +179,7 @@ def _raise(job: Job, link: RunLink | None, state: RunWatchState, kind: str, step
     queue_event(job.team, "run.alert", {
         "alert": alert.pk, "rule": kind, "job": job.pk, "run": job.name, "step": step, "value": _json_number(value),
         "threshold": threshold, "message": alert.message, "approval": approval_id,
+        "unit_pair": link.budget.pair if link else None,  # what the value and threshold are multiples of
         "url": f"/jobs/{job.pk}/"})
     shown = {"id": alert.pk, "kind": kind, "kind_label": AlertKind(kind).label, "step": step,
              "message": alert.message, "created_at": alert.created_at.isoformat()}

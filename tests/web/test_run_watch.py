@@ -117,6 +117,8 @@ def test_a_verl_stream_crossing_the_budget_sends_exactly_one_signed_alert_and_ma
     assert (payload["rule"], payload["step"], payload["job"], payload["approval"]) == (
         "budget", CROSSING_STEP, job.pk, world.approval.pk)
     assert payload["threshold"] == BUDGET and payload["value"] == pytest.approx(20.5 + 32)  # raised at the 3rd step
+    assert payload["unit_pair"] == "hf BF16 engine / fp32 trainer"  # the budget's: what both numbers are multiples of
+    assert "BF16 (hf BF16 engine / fp32 trainer) since step" in payload["message"]
 
     alert = Alert.objects.get(job=job)
     assert (alert.kind, alert.step, alert.recovered_at) == ("budget", CROSSING_STEP, None)
