@@ -168,11 +168,24 @@ def test_the_result_column_says_each_result_in_a_few_words(planted, client):
         "layers": ({"status": "not_reached", "budget": 85916.811}, "budget ≥ 85,900× (not reached)"),
         "Budget sweep": ({"status": "uninformative", "budget": None}, "uninformative: no budget"),
     }
+    # A result that names its unit pair says it beside the multiple (a measurement's unit, a budget's fields).
+    paired = {
+        "fp8 weights": ({"multiple": 12.0, "unit": {"engine": "vllm", "dtype": "bf16", "trainer": "bf16"}},
+                        "12× (vllm BF16 engine / bf16 trainer)"),
+        "layers": ({"status": "reached", "budget": 40.0, "unit_engine": "hf"},
+                   "budget 40× (hf BF16 engine / fp32 trainer)"),
+    }
     for name, (result, _) in results.items():
         Job.objects.filter(pk=jobs[name].pk).update(result=result)
     client.force_login(alice)
     page = client.get("/jobs/").content.decode()
     for name, (_, words) in results.items():
+        row = page.split(f'data-job-id="{jobs[name].pk}"', 1)[1].split("</tr>", 1)[0]
+        assert f'<td class="result">{words}</td>' in row, (name, row)
+    for name, (result, _) in paired.items():
+        Job.objects.filter(pk=jobs[name].pk).update(result=result)
+    page = client.get("/jobs/").content.decode()
+    for name, (_, words) in paired.items():
         row = page.split(f'data-job-id="{jobs[name].pk}"', 1)[1].split("</tr>", 1)[0]
         assert f'<td class="result">{words}</td>' in row, (name, row)
 
