@@ -234,8 +234,8 @@ def do_check_silent_runs(now=None) -> list[int]:
 def runs_under(approval: ApprovalRequest) -> list[dict]:
     """The runs trained under ``approval``, newest first, each with its state: ``silent``
     while its silence alert holds, ``breached`` once it went above the budget (with the
-    step), ``within`` otherwise; and its last multiple."""
-    links = (RunLink.objects.filter(approval=approval).select_related("job", "job__watch_state")
+    step), ``within`` otherwise; and its last multiple, with the unit pair it is of (its budget's)."""
+    links = (RunLink.objects.filter(approval=approval).select_related("job", "job__watch_state", "budget")
              .order_by("-job__created_at")[:200])
     first_breach = {job_id: step for job_id, step in Alert.objects.filter(
         job__run_link__approval=approval, kind=AlertKind.BUDGET).order_by("-created_at").values_list("job_id", "step")}
@@ -247,7 +247,7 @@ def runs_under(approval: ApprovalRequest) -> list[dict]:
                   BREACHED if link.job_id in first_breach else WITHIN)
         rows.append({"job": link.job, "state": status, "breached_at_step": first_breach.get(link.job_id),
                      "last_multiple": state.last_multiple if state else None,
-                     "last_step": state.last_multiple_step if state else None})
+                     "last_step": state.last_multiple_step if state else None, "pair": link.budget.pair})
     return rows
 
 

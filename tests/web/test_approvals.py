@@ -72,6 +72,7 @@ def test_an_approver_approves_on_the_latest_passing_check_and_the_config_exports
     assert ("3.2×" in html and "95% CI [2.56, 3.84]" in html
             and f"Budget #{world.budget.pk} (opd, k3, arithmetic:3):" in html)
     assert "50× of the unit pair hf BF16 engine / fp32 trainer" in html
+    assert '<b>3.2×</b> BF16 <span class="meta pair" id="evidence-pair">(hf BF16 engine / fp32 trainer)</span>' in html
 
     response = world.decide(approval)
     assert response.status_code == 302

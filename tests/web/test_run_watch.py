@@ -136,6 +136,7 @@ def test_a_verl_stream_crossing_the_budget_sends_exactly_one_signed_alert_and_ma
 
     page = member.get(f"/approvals/{world.approval.pk}/").content.decode()
     assert f'data-job-id="{job.pk}" data-watch="breached"' in page and f"at step {CROSSING_STEP}" in page
+    assert 'x BF16 at step 60 <span class="meta pair">(hf BF16 engine / fp32 trainer)</span>' in page  # its last
     assert 'id="breached"' in page
     run_page = member.get(f"/jobs/{job.pk}/").content.decode()
     assert f'data-alert-kind="budget" data-alert-step="{CROSSING_STEP}"' in run_page and 'id="recheck"' in run_page
