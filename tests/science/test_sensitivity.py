@@ -17,9 +17,11 @@ def test_kv_capacity_by_hand():
 
 
 def sensitivity(teacher, target, rep=None):
+    # No rounds of more prompts for a tied top: the recipe's trials and the ranking share their prompts here.
     cfg = SensitivityJobConfig(model=teacher,
                                rollout=RolloutConfig(weights="fp8_e4m3", kv_cache="fp8_e4m3", noise_sigma=0.2),
-                               prompts=96, bootstrap=100, target=target, device="cpu", reference_engine="hf")
+                               prompts=96, bootstrap=100, target=target, device="cpu", reference_engine="hf",
+                               separate_budget=0.0)
     return run_sensitivity(cfg, rep).model_dump(mode="json")
 
 
@@ -111,9 +113,39 @@ def test_parts_whose_cis_overlap_share_a_tier_and_the_report_says_their_order_is
     assert tiers(ranked) == [1, 1, 2, 2, 3]
     for row, tier in zip(ranked, tiers(ranked), strict=True):
         row["tier"] = tier
-    (warning,) = ranking_warnings(ranked, prompts=64)
-    assert "top 2 parts overlap (layer 4, layer 1)" in warning and "now 64" in warning
-    assert ranking_warnings([dict(ranked[0], tier=1), dict(ranked[2], tier=2)], 64) == []
+    (warning,) = ranking_warnings(ranked, {"rounds": 0, "prompts": 64})
+    assert "top 2 parts overlap (layer 4, layer 1) on 64 prompts" in warning and "separate_budget" in warning
+    (again,) = ranking_warnings(ranked, {"rounds": 2, "prompts": 256})
+    assert "after 2 more round(s) on 256 prompts" in again
+    assert ranking_warnings([dict(ranked[0], tier=1), dict(ranked[2], tier=2)], {"rounds": 0, "prompts": 64}) == []
+
+
+def test_the_top_tier_is_measured_again_within_its_budget_as_a_fresh_scan_of_those_prompts_would(teacher):
+    """The toy's two layers overlap at 16 prompts (FP8 W + KV).  The budget is the scan's own
+    measurements: 1.0 x (reference + full config + 2 layers) x 16 = 64 prompt-measurements.
+    A round doubles the prompts for the reference and the tied layers: 3 x 16 = 48 (spent 0.75);
+    the next would cost 3 x 32 = 96, over what is left, so one round, on 32 prompts.  Each layer's
+    multiple then is what a scan of the first 32 prompts measures (prompts and sampling seeds
+    follow each prompt's index), and the bar never went back."""
+    def scan(prompts: int, separate_budget: float, reporter=None) -> dict:
+        cfg = SensitivityJobConfig(model=teacher, rollout=RolloutConfig(weights="fp8_e4m3", kv_cache="fp8_e4m3"),
+                                   prompts=prompts, bootstrap=100, device="cpu", reference_engine="hf",
+                                   separate_budget=separate_budget)
+        return run_sensitivity(cfg, reporter).model_dump(mode="json")
+
+    rep = RecordingReporter()
+    r = scan(16, 1.0, rep)
+    assert r["separation"] == {"rounds": 1, "prompts": 32, "budget_spent": 0.75, "separated": False}
+    assert [row["prompts"] for row in r["ranking"]] == [32, 32] and {row["tier"] for row in r["ranking"]} == {1}
+    assert any("after 1 more round(s) on 32 prompts" in w for w in r["warnings"])
+    fresh = {row["unit"]: row for row in scan(32, 0.0)["ranking"]}
+    for row in r["ranking"]:
+        assert row["multiple"] == pytest.approx(fresh[row["unit"]]["multiple"], rel=1e-9)
+        assert row["multiple_ci"] == pytest.approx(fresh[row["unit"]]["multiple_ci"], rel=1e-9)
+    shown = [fraction for fraction, _ in rep.progress_calls]
+    assert all(later >= earlier for earlier, later in zip(shown, shown[1:], strict=False)) and shown[-1] == 1.0
+    none = scan(16, 0.0)
+    assert none["separation"]["rounds"] == 0 and [row["prompts"] for row in none["ranking"]] == [16, 16]
 
 
 def plant_a_sensitive_layer(source: str, out, layer: int, channels=(3, 17), scale: float = 64.0) -> str:

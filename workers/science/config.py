@@ -315,6 +315,12 @@ class SensitivityJobConfig(_MeasureConfig):
         description="What one scanned part is: a decoder layer, or a module (each linear and each layer's KV "
                     "cache). Formerly spelled `unit`, which still works.")
     prompts: int = Field(128, ge=1, le=MAX_PROMPTS)
+    separate_budget: float = Field(
+        1.0, ge=0.0, le=10.0,
+        description="While the top of the ranking holds several parts whose 95% CIs overlap, the BF16 reference "
+                    "and those parts are measured again on as many more prompts (each round doubles them), until "
+                    "one part leads alone or this budget is spent: a fraction of the scan's own measurements "
+                    "(1: at most as much again; 0: no more rounds).")
 
 
 class DriftJobConfig(_JobConfig):

@@ -154,12 +154,13 @@ class SensitivityRow(JobResult):
     value: float | None
     rank: int
     tier: int | None = None  # parts of one tier have overlapping CIs (scans stored before tiers have none)
+    prompts: int | None = None  # the prompts its CI is over (more for a part measured again to separate the top)
 
 
 class SensitivityReport(JobResult):
     """The ``sensitivity`` job: parts ranked by their multiple, and the recipe search."""
 
-    optional_keys = frozenset({"granularity"})
+    optional_keys = frozenset({"granularity", "separation"})
 
     metric: str
     model: str
@@ -177,6 +178,8 @@ class SensitivityReport(JobResult):
     tokens: int
     metrics: dict[str, float | None]
     ranking: list[SensitivityRow]
+    #: the rounds that measured the top tier again: {"rounds", "prompts", "budget_spent", "separated"}
+    separation: dict[str, Any] | None = None
     recipe: dict[str, Any] | None
     kv_cache: KvCapacity
     timing: dict[str, Number]

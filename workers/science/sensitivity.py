@@ -60,16 +60,34 @@ def with_kept(cfg: RolloutConfig, parts: list[ScannedPart]) -> RolloutConfig:
 
 
 class Progress:
-    """Equal slices of the progress bar, one per measurement, handed out in order."""
+    """Equal slices of the progress bar, one per measurement, handed out in order.  More
+    measurements than planned (:meth:`grow`) share what is left of the bar: it never goes back."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.done = 0
+        self.floor, self.floor_done = 0.0, 0  # the bar reached, and the measurements done, at the last growth
 
     def next_slice(self) -> tuple[float, float]:
-        k = self.done
+        k, n = self.done - self.floor_done, self.total - self.floor_done
         self.done += 1
-        return k / self.total, min(1.0, (k + 1) / self.total)
+        span = 1.0 - self.floor
+        return self.floor + span * k / n, min(1.0, self.floor + span * (k + 1) / n)
+
+    def grow(self, more: int) -> None:
+        self.floor += (1.0 - self.floor) * (self.done - self.floor_done) / max(1, self.total - self.floor_done)
+        self.floor_done = self.done
+        self.total += more
+
+
+def ranked_rows(rows: list[dict], parts: list[ScannedPart]) -> tuple[list[dict], list[ScannedPart]]:
+    """``rows`` (one per part, in the order of ``parts``) ranked by multiple, largest first,
+    each with its rank and tier, and the parts in that order."""
+    order = sorted(range(len(rows)), key=lambda i: -(rows[i]["multiple"] or 0.0))
+    ranked = [dict(rows[i], rank=r + 1) for r, i in enumerate(order)]
+    for row, tier in zip(ranked, tiers(ranked), strict=True):
+        row["tier"] = tier
+    return ranked, [parts[i] for i in order]
 
 
 def shown_under(ci, target: float | None) -> bool:
@@ -94,14 +112,17 @@ def tiers(ranked: list[dict]) -> list[int]:
     return out
 
 
-def ranking_warnings(ranked: list[dict], prompts: int) -> list[str]:
-    """What the ranking does not know: the top tier's parts whose CIs overlap."""
+def ranking_warnings(ranked: list[dict], separation: dict) -> list[str]:
+    """What the ranking does not know: the top tier's parts whose CIs overlap, after the
+    rounds that measured them again (``separation``: its rounds and prompts)."""
     top = [row["unit"] for row in ranked if row.get("tier") == 1]
     if len(top) < 2:
         return []
     shown = ", ".join(top[:5]) + (f" and {len(top) - 5} more" if len(top) > 5 else "")
-    return [f"ranking: the 95 % CIs of the top {len(top)} parts overlap ({shown}): their order is not known, "
-            f"only that they lead the rest; measure more prompts (now {prompts}) to separate them"]
+    again = (f"after {separation['rounds']} more round(s) on {separation['prompts']} prompts"
+             if separation.get("rounds") else f"on {separation['prompts']} prompts")
+    return [f"ranking: the 95 % CIs of the top {len(top)} parts overlap ({shown}) {again}: their order is not "
+            "known, only that they lead the rest; a larger separate_budget or more prompts may separate them"]
 
 
 def smallest_passing(lo: int, hi: int, passes: Callable[[int], bool]) -> int | None:
@@ -129,18 +150,22 @@ class SensitivityRun:
         self.parts = scanned_parts(self.session, cfg.granularity)
         search_budget = max(1, len(self.parts)).bit_length() + 1 if cfg.target is not None else 0
         self.progress = Progress(2 + len(self.parts) + search_budget)
+        self.base = len(self.session.prompt_ids)  # the scan's prompts (more only for a tied top, later)
         ref_cfg = self.session.reference_config(cfg.reference_engine)
-        self.ref = self.session.reference(ref_cfg, self.progress.next_slice())
+        self.ref = self.session.reference(ref_cfg, self.progress.next_slice(), stop=self.base)
+        self.refs = {self.base: self.ref}  # the BF16 reference by the prompts it covers (the first n)
 
     def measure(self, rollout: RolloutConfig, label: str) -> Measurement:
-        return self.session.measure(rollout, label, self.progress.next_slice())
+        """``rollout`` on the scan's prompts."""
+        return self.session.measure(rollout, label, self.progress.next_slice(), stop=self.base)
 
-    def multiple(self, m: Measurement) -> tuple[float | None, list[float] | None]:
-        """``m``'s multiple of the reference and its bootstrap CI."""
+    def multiple(self, m: Measurement, prompts: int | None = None) -> tuple[float | None, list[float] | None]:
+        """``m``'s multiple of the reference on the same (first ``prompts``) prompts, and its
+        paired bootstrap CI."""
         from .metrics import finite_or_none, multiple_with_ci
 
-        n = len(self.session.prompt_ids)
-        value, ci = multiple_with_ci(m.records, self.ref.records, self.cfg.metric, n, self.cfg.bootstrap,
+        n = prompts or self.base
+        value, ci = multiple_with_ci(m.records, self.refs[n].records, self.cfg.metric, n, self.cfg.bootstrap,
                                      seed=self.cfg.seed_effective)
         return finite_or_none(value), ci
 
@@ -150,19 +175,54 @@ class SensitivityRun:
         from .metrics import metric_values, summarize
 
         rows: list[dict[str, Any]] = []
+        self.alone: dict[str, Measurement] = {}  # each part perturbed alone, by label
         for i, part in enumerate(self.parts):
-            others = [p for p in self.parts if p is not part]
-            m = self.measure(with_kept(self.rollout, others), part.label)
+            m = self.measure(self.alone_config(part), part.label)
+            self.alone[part.label] = m
             value, ci = self.multiple(m)
-            rows.append({"unit": part.label, "multiple": value, "multiple_ci": ci,
+            rows.append({"unit": part.label, "multiple": value, "multiple_ci": ci, "prompts": self.base,
                          "value": metric_values(summarize(m.records)).get(self.cfg.metric)})
             if value is not None:
                 self.reporter.log(i, {"sensitivity/multiple": value})
-        order = sorted(range(len(self.parts)), key=lambda i: -(rows[i]["multiple"] or 0.0))
-        ranked = [dict(rows[i], rank=r + 1) for r, i in enumerate(order)]
-        for row, tier in zip(ranked, tiers(ranked), strict=True):
-            row["tier"] = tier
-        return ranked, [self.parts[i] for i in order]
+        return ranked_rows(rows, self.parts)
+
+    def alone_config(self, part: ScannedPart) -> RolloutConfig:
+        return with_kept(self.rollout, [p for p in self.parts if p is not part])
+
+    def separate_top(self, rows: list[dict], parts: list[ScannedPart]) -> tuple[list[dict], list[ScannedPart], dict]:
+        """While the top tier holds several parts, the reference and those parts are measured
+        on as many more prompts (the task's next ones), until one part leads alone, the
+        prompts run out or ``separate_budget`` is spent (counted in measurements of the
+        scan's own prompts: the reference and every part, the full config, once each)."""
+        from .metrics import metric_values, summarize
+
+        budget = self.cfg.separate_budget * (2 + len(self.parts)) * self.base
+        spent, rounds, start = 0, 0, self.base
+        while True:
+            top = [i for i, row in enumerate(rows) if row.get("tier") == 1]
+            if len(top) < 2 or spent + (1 + len(top)) * start > budget:
+                break
+            stop = self.session.extend_prompts(2 * start)
+            if stop <= start:
+                break
+            self.progress.grow(1 + len(top))
+            more_ref = self.session.reference(self.ref.cfg, self.progress.next_slice(), start=start, stop=stop)
+            self.refs[stop] = self.refs[start].extended(more_ref)
+            for i in top:
+                part = parts[i]
+                more = self.session.measure(self.alone_config(part), f"{part.label} (prompts {start + 1}-{stop})",
+                                            self.progress.next_slice(), start=start, stop=stop)
+                m = self.alone[part.label] = self.alone[part.label].extended(more)
+                value, ci = self.multiple(m, stop)
+                rows[i] = dict(rows[i], multiple=value, multiple_ci=ci, prompts=stop,
+                               value=metric_values(summarize(m.records)).get(self.cfg.metric))
+            spent += (1 + len(top)) * (stop - start)
+            rounds, start = rounds + 1, stop
+            rows, parts = ranked_rows(rows, parts)
+        leaders = sum(1 for row in rows if row.get("tier") == 1)
+        return rows, parts, {"rounds": rounds, "prompts": start,
+                             "budget_spent": round(spent / budget, 3) if budget else 0.0,
+                             "separated": leaders < 2}
 
     def search_recipe(self, ranked_units: list[ScannedPart], full_report: Comparison) -> dict:
         """The shortest prefix of ``ranked_units`` kept in BF16 that brings the multiple
@@ -231,6 +291,7 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
     full = run.measure(rollout, "full config")
     full_report = compare(session, full, run.ref, cfg.metric, cfg.bootstrap)
     ranked, ranked_parts = run.rank_parts()
+    ranked, ranked_parts, separation = run.separate_top(ranked, ranked_parts)
     recipe = run.search_recipe(ranked_parts, full_report) if cfg.target is not None else None
     run.reporter.progress(1.0, "done")
     own_unit = run.ref.cfg.engine == session.unit_engine
@@ -238,15 +299,16 @@ def run_sensitivity(cfg: SensitivityJobConfig, reporter: Reporter | None = None)
         "metric": cfg.metric,
         "model": cfg.model,
         "task": session.task,
-        "prompts": len(session.prompt_ids),
+        "prompts": run.base,
         "granularity": cfg.granularity,
         "rollout": rollout.model_dump(mode="json"),
         "unit": {"engine": run.ref.cfg.engine, "dtype": "bf16", "trainer": session.trainer_dtype,
                  "why": session.unit_reason if own_unit else "asked for"},
-        "warnings": session.warnings + ranking_warnings(ranked, len(session.prompt_ids)),
+        "warnings": session.warnings + ranking_warnings(ranked, separation),
         **full_report.model_dump(mode="json", include={"value", "reference_value", "multiple", "multiple_ci",
                                                        "tokens", "metrics"}),
         "ranking": ranked,
+        "separation": separation,
         "recipe": recipe,
         "kv_cache": kv_capacity(session.model_config, session.kv_layer_formats(rollout)),
         "timing": {"total_s": session.elapsed(), "measurements": run.progress.done},
