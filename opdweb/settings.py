@@ -237,7 +237,7 @@ CELERY_BEAT_SCHEDULE = {
     "reap-stale-jobs": {"task": "opdweb.reap_stale_jobs", "schedule": 15.0, "options": {"queue": "control"}},
     "send-pending-webhooks": {"task": "opdweb.send_pending_webhooks", "schedule": 15.0,
                               "options": {"queue": "control"}},
-    # Linked runs gone silent (opdweb/runs/watch.py); their rules say after how long.
+    # Linked runs gone silent (opdweb/runs/silence.py); their rules say after how long.
     "check-silent-runs": {"task": "opdweb.check_silent_runs", "schedule": WATCH_SILENCE_CHECK_SECONDS,
                           "options": {"queue": "control"}},
 }

@@ -1,8 +1,8 @@
 """The run page's buttons: re-check a run that crossed its budget (an admission job on its
 latest checkpoint with the approved config and budget, by the jobs' own submit path),
 acknowledge an alert, and set or clear the run's own watch rule; the team's watch rule
-page; and the download of a run's file.  Thin: each calls :mod:`.watch` or
-:mod:`.mlflow_artifacts`."""
+page; and the download of a run's file.  Thin: each calls :mod:`.recheck`, :mod:`.watch`,
+:mod:`.watch_rules` or :mod:`.mlflow_artifacts`."""
 from __future__ import annotations
 
 from django.contrib import messages
@@ -14,8 +14,9 @@ from django.views.decorators.http import require_POST
 from opdweb.jobs.access import visible_job
 from opdweb.pages import answers_refusals
 from opdweb.refusals import Refused
-from opdweb.runs import mlflow_artifacts, watch
+from opdweb.runs import mlflow_artifacts, watch, watch_rules
 from opdweb.runs.models import WatchRule
+from opdweb.runs.recheck import do_recheck
 from opdweb.teams.access import team_for
 from opdweb.teams.models import Role
 
@@ -26,7 +27,7 @@ from opdweb.teams.models import Role
 def recheck(request, job_id: int):
     run = visible_job(request.user, job_id, Role.MEMBER)
     try:
-        job = watch.do_recheck(run, request.user)
+        job = do_recheck(run, request.user)
     except Refused as exc:
         messages.error(request, str(exc))
         return redirect("jobs:detail", job_id=job_id)
@@ -50,7 +51,7 @@ def run_watch_rule(request, job_id: int):
     """The run's own watch rule, set by a member from the run page (a refusal redraws the
     page with what was typed)."""
     run = visible_job(request.user, job_id, Role.MEMBER)
-    watch.do_set_run_rule(run, request.user, request.POST)
+    watch_rules.do_set_run_rule(run, request.user, request.POST)
     messages.info(request, "the run's own watch rule is saved; it applies from the next point logged")
     return redirect("jobs:detail", job_id=job_id)
 
@@ -60,7 +61,7 @@ def run_watch_rule(request, job_id: int):
 @answers_refusals
 def clear_run_watch_rule(request, job_id: int):
     run = visible_job(request.user, job_id, Role.MEMBER)
-    watch.do_clear_run_rule(run, request.user)
+    watch_rules.do_clear_run_rule(run, request.user)
     messages.info(request, "the run is watched by its team's rule again")
     return redirect("jobs:detail", job_id=job_id)
 
@@ -73,7 +74,7 @@ def team_watch_rule(request, slug: str):
     rule = WatchRule.objects.filter(team=team, job__isnull=True).first() or WatchRule(team=team)
     if request.method == "POST":
         team = team_for(request.user, slug, Role.ADMIN)
-        watch.do_set_team_rule(team, request.user, request.POST)
+        watch_rules.do_set_team_rule(team, request.user, request.POST)
         messages.info(request, "watch rule saved")
         return redirect("run_pages:team_watch", slug=slug)
     return render(request, "runs/watch_rule.html", {"team": team, "rule": rule})

@@ -5,7 +5,8 @@ defaults): the multiple above the budget at the run's step for ``consecutive_ste
 logged steps in a row; its growth rate (the least-squares slope of the last
 :data:`GROWTH_WINDOW` multiples, in x BF16 per 1,000 steps) above ``growth_per_1k_steps``;
 the ESS below ``ess_floor``; a running run silent for ``silence_seconds`` (checked by a
-periodic task on the control worker, :func:`do_check_silent_runs`).
+periodic task on the control worker, :mod:`.silence`).  The re-check a crossing suggests is
+:mod:`.recheck`; the rules' form, :mod:`.watch_rules`.
 
 A rule raises one :class:`~.models.Alert` when it starts to hold and none while it keeps
 holding; once it recovers (a multiple at or under the budget, a slope at or under the
@@ -26,9 +27,7 @@ logs one multiple per step with no interval, so the watch asks for several steps
 from __future__ import annotations
 
 import math
-from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -36,16 +35,11 @@ from opdweb.approvals.models import ApprovalRequest
 from opdweb.approvals.webhooks import queue_event
 from opdweb.budgets.models import MismatchBudget
 from opdweb.jobs import live
-from opdweb.jobs.models import Job, JobState
-from opdweb.refusals import Refused
+from opdweb.jobs.models import Job
 from opdweb.runs.metric_map import ESS_KEYS
-from opdweb.runs.mlflow_errors import invalid
 from opdweb.runs.mlflow_requests import MetricIn
-from opdweb.runs.mlflow_shapes import artifact_path, artifact_uri
-from opdweb.runs.models import Alert, AlertKind, MlflowRun, RunLink, RunWatchState, WatchRule
+from opdweb.runs.models import Alert, AlertKind, RunLink, RunWatchState, WatchRule
 from opdweb.teams import audit
-from workers.science.checkpoints.uri import BadURI, clean_key
-from workers.science.kinds import Kind
 from workers.science.verdicts import OVER_FOR_CONSECUTIVE_STEPS, budget_at
 
 #: How many recent multiples the growth rate is fitted on.
@@ -73,6 +67,13 @@ def budget_points(budget: MismatchBudget) -> list[tuple[int, float]]:
     if budget.budget is not None:
         by_step[budget.step] = budget.budget
     return sorted(by_step.items())
+
+
+def lineage(budget: MismatchBudget):
+    """The team's current budgets the link's budget is read with (same task, method, metric, unit pair)."""
+    return MismatchBudget.objects.filter(team=budget.team_id, task=budget.task, method=budget.method,
+                                         metric=budget.metric, unit_engine=budget.unit_engine,
+                                         unit_trainer=budget.unit_trainer, superseded_by__isnull=True)
 
 
 def slope_per_1k(recent: list[list[float]]) -> float | None:
@@ -117,7 +118,7 @@ def do_observe(job: Job, link: RunLink | None, metrics: list[MetricIn]) -> list[
             continue
         if m.value < rule.ess_floor:
             if not state.holding.get(AlertKind.ESS):
-                raised.append(_raise(job, link, state, AlertKind.ESS, m.step, m.value, rule.ess_floor,
+                raised.append(raise_alert(job, link, state, AlertKind.ESS, m.step, m.value, rule.ess_floor,
                                      f"ESS {m.value:.4g} below the floor {rule.ess_floor:g} at step {m.step}"))
         elif state.holding.get(AlertKind.ESS):
             _recover(state, AlertKind.ESS)
@@ -144,7 +145,7 @@ def _observe_multiple(job, link, rule, state, points, m: MetricIn) -> list[Alert
         state.above_count += 1
         if state.above_count >= max(rule.consecutive_steps, 1) and not state.holding.get(AlertKind.BUDGET):
             step = state.above_since_step
-            raised.append(_raise(job, link, state, AlertKind.BUDGET, step, m.value, budget,
+            raised.append(raise_alert(job, link, state, AlertKind.BUDGET, step, m.value, budget,
                                  f"the multiple {m.value:.4g}x BF16 is above the budget {budget:.4g}x BF16 "
                                  f"({link.budget.pair}) since "
                                  f"step {step} ({state.above_count} steps in a row; rule "
@@ -160,7 +161,7 @@ def _observe_multiple(job, link, rule, state, points, m: MetricIn) -> list[Alert
     slope = slope_per_1k(state.recent) if threshold is not None else None
     if slope is not None and threshold is not None:
         if slope > threshold and not state.holding.get(AlertKind.GROWTH):
-            raised.append(_raise(job, link, state, AlertKind.GROWTH, m.step, slope, threshold,
+            raised.append(raise_alert(job, link, state, AlertKind.GROWTH, m.step, slope, threshold,
                                  f"the multiple grows {slope:.4g}x BF16 per 1,000 steps (threshold {threshold:g}) "
                                  f"at step {m.step}"))
         elif slope <= threshold and state.holding.get(AlertKind.GROWTH):
@@ -168,7 +169,7 @@ def _observe_multiple(job, link, rule, state, points, m: MetricIn) -> list[Alert
     return raised
 
 
-def _raise(job: Job, link: RunLink | None, state: RunWatchState, kind: str, step: int | None, value: float | None,
+def raise_alert(job: Job, link: RunLink | None, state: RunWatchState, kind: str, step: int | None, value: float | None,
            threshold: float | None, message: str) -> Alert:
     alert = Alert.objects.create(job=job, kind=kind, step=step, value=value, threshold=threshold,
                                  message=message[:500])
@@ -205,32 +206,6 @@ def _mark_breached(link: RunLink, job: Job, step: int | None) -> None:
         breached_at_step=step, breached_by=job, breached_at=timezone.now())
 
 
-def do_check_silent_runs(now=None) -> list[int]:
-    """The periodic check (Celery beat on the control worker): a running linked run whose
-    last point (or start, before any) is older than its rule's ``silence_seconds`` alerts once."""
-    now = now or timezone.now()
-    raised = []
-    links = RunLink.objects.filter(job__kind=Kind.EXTERNAL, job__state=JobState.RUNNING).select_related("job")
-    for link in links[:1000]:
-        with transaction.atomic():
-            job = Job.objects.select_for_update().get(pk=link.job_id)
-            if job.state != JobState.RUNNING:
-                continue
-            rule = rule_for(job)
-            if rule.silence_seconds is None:
-                continue
-            state = state_of(job)
-            last = state.last_point_at or job.started_at or job.created_at
-            if state.holding.get(AlertKind.SILENCE) or now - last < timedelta(seconds=rule.silence_seconds):
-                continue
-            quiet = int((now - last).total_seconds())
-            _raise(job, link, state, AlertKind.SILENCE, state.last_multiple_step, None, rule.silence_seconds,
-                   f"no point for {quiet} s (silence after {rule.silence_seconds} s)")
-            state.save(update_fields=["holding"])
-            raised.append(job.pk)
-    return raised
-
-
 def runs_under(approval: ApprovalRequest) -> list[dict]:
     """The runs trained under ``approval``, newest first, each with its state: ``silent``
     while its silence alert holds, ``breached`` once it went above the budget (with the
@@ -251,76 +226,6 @@ def runs_under(approval: ApprovalRequest) -> list[dict]:
     return rows
 
 
-#: A run names the checkpoint it trains now with this tag (its latest saved one); the
-#: re-check runs there, else on the approved checkpoint.
-LATEST_CHECKPOINT_TAG = "opdweb.latest_checkpoint"
-
-
-def latest_checkpoint(job: Job, link: RunLink) -> str:
-    """The checkpoint the run's ``opdweb.latest_checkpoint`` tag names (a path, an ``s3://``
-    URI, or one of the run's own uploaded folders: ``mlflow-artifacts:/...``, which is
-    where the artifact store keeps it), else the approved one."""
-    tagged = (job.config.get("tags", {}).get(LATEST_CHECKPOINT_TAG) or "").strip()
-    run = getattr(job, "mlflow_run", None)
-    return (as_checkpoint(run, tagged) if run is not None else tagged) if tagged else link.checkpoint
-
-
-def as_checkpoint(run: MlflowRun, value: str) -> str:
-    """A checkpoint the run names: one of its own uploaded folders (``mlflow-artifacts:/...``
-    as its ``artifact_uri`` gives, or a path relative to its artifacts) becomes where the
-    artifact store keeps it (``s3://...`` on a cluster: a worker fetches it from there, no
-    disk shared); any other value is returned as it is (a path or an ``s3://`` URI, checked
-    by the sandbox like every config's)."""
-    own = artifact_uri(run)
-    if value.startswith("mlflow-artifacts:"):
-        if value != own and not value.startswith(own + "/"):
-            raise invalid(f"{value!r} is not among this run's files ({own}/...)")
-        relative = value[len(own):]
-    elif value.startswith("artifacts/"):
-        relative = value[len("artifacts"):]
-    else:
-        return value
-    try:
-        key = clean_key(relative)
-    except BadURI as exc:
-        raise invalid(f"{value!r}: {exc}") from None
-    root = str(settings.OPDWEB_ARTIFACT_ROOT).rstrip("/")
-    return f"{root}/{artifact_path(run)}/{key}" if key else f"{root}/{artifact_path(run)}"
-
-
-def lineage(budget: MismatchBudget):
-    """The team's current budgets the link's budget is read with (same task, method, metric, unit pair)."""
-    return MismatchBudget.objects.filter(team=budget.team_id, task=budget.task, method=budget.method,
-                                         metric=budget.metric, unit_engine=budget.unit_engine,
-                                         unit_trainer=budget.unit_trainer, superseded_by__isnull=True)
-
-
-def do_recheck(job: Job, user) -> Job:
-    """An admission job on the run's latest checkpoint with the approved config: the
-    approval's own admission check's config with the checkpoint replaced, against the
-    lineage's current budget of that checkpoint (the link's own on the approved one),
-    submitted like any job (checked, audited, queued; refused where no budget of that
-    checkpoint exists, as every admission check is)."""
-    from opdweb.jobs.actions import do_submit_job
-
-    link = RunLink.objects.filter(job=job).select_related("approval__admission_job", "approval__config").first()
-    if link is None:
-        raise Refused("this run is not linked to an approved config: there is nothing to re-check", status=409)
-    admission = link.approval.admission_job
-    base = dict(admission.config) if admission is not None and admission.kind == Kind.ADMISSION else {}
-    checkpoint = latest_checkpoint(job, link)
-    budget = (link.budget if checkpoint == link.budget.checkpoint else
-              lineage(link.budget).filter(checkpoint=checkpoint).order_by("-created_at").first() or link.budget)
-    config = {**base, "rollout": link.approval.config.config, "model": checkpoint, "budget": budget.pk}
-    if not base:
-        config["task"], config["reference_engine"] = budget.task, budget.unit_engine
-    made = do_submit_job(team=job.team, user=user, kind_name=Kind.ADMISSION, config=config,
-                         name=f"re-check of run #{job.pk} on {checkpoint}"[:200])
-    audit.record(job.team, user, audit.RUN_RECHECKED, f"re-check of run #{job.pk}: admission job #{made.pk} on "
-                 f"{checkpoint}", subject="job", subject_id=job.pk, admission_job_id=made.pk)
-    return made
-
-
 def do_acknowledge(job: Job, alert_id: int, user) -> None:
     Alert.objects.filter(job=job, pk=alert_id, acknowledged_at__isnull=True).update(
         acknowledged_at=timezone.now(), acknowledged_by=user)
@@ -330,66 +235,3 @@ def first_breach_step(job: Job) -> int | None:
     """The step the run first went above its budget (its first budget alert), if it did."""
     return Alert.objects.filter(job=job, kind=AlertKind.BUDGET).order_by("created_at", "id").values_list(
         "step", flat=True).first()
-
-
-#: The team rule's fields, as the form names them, with their bounds.
-RULE_FIELDS = {"consecutive_steps": (int, 1, 100_000), "growth_per_1k_steps": (float, 0.0, 1e9),
-               "ess_floor": (float, 0.0, 1e9), "silence_seconds": (int, 1, 30 * 86400)}
-
-
-def check_rule_fields(data) -> dict:
-    """The form's values, each a number within its bounds or blank (not watched; the
-    consecutive steps are always watched); refused with every problem named."""
-    values, problems = {}, []
-    for name, (kind, low, high) in RULE_FIELDS.items():
-        text = (data.get(name) or "").strip()
-        if not text and name != "consecutive_steps":
-            values[name] = None
-            continue
-        try:
-            value = kind(text)
-        except ValueError:
-            problems.append({"field": name, "message": f"must be a {'whole ' if kind is int else ''}number"})
-            continue
-        if not (low <= value <= high) or (kind is float and not math.isfinite(value)):
-            problems.append({"field": name, "message": f"must be from {low:g} to {high:g}"})
-            continue
-        values[name] = value
-    if problems:
-        raise Refused("; ".join(f"{p['field']}: {p['message']}" for p in problems), details=problems)
-    return values
-
-
-def _rule_text(values: dict) -> str:
-    return ", ".join(f"{k} {'off' if v is None else v}" for k, v in values.items())
-
-
-def do_set_team_rule(team, user, data) -> WatchRule:
-    values = check_rule_fields(data)
-    with transaction.atomic():
-        rule, _ = WatchRule.objects.update_or_create(team=team, job=None, defaults=values)
-        audit.record(team, user, audit.WATCH_RULE_CHANGED, "set the team's watch rule: " + _rule_text(values),
-                     subject="watch_rule", **values)
-    return rule
-
-
-def do_set_run_rule(job: Job, user, data) -> WatchRule:
-    """The run's own rule, replacing its team's for this run from its next point on."""
-    if job.kind != Kind.EXTERNAL:
-        raise Refused(f"job #{job.pk} is a {job.kind} job; only external runs are watched", status=400)
-    values = check_rule_fields(data)
-    with transaction.atomic():
-        rule, _ = WatchRule.objects.update_or_create(team_id=job.team_id, job=job, defaults=values)
-        audit.record(job.team, user, audit.WATCH_RULE_CHANGED, f"set run #{job.pk}'s own watch rule: "
-                     + _rule_text(values), subject="job", subject_id=job.pk, **values)
-    return rule
-
-
-def do_clear_run_rule(job: Job, user) -> None:
-    """Watch the run by its team's rule again; refused when it has no rule of its own."""
-    with transaction.atomic():
-        deleted, _ = WatchRule.objects.filter(job=job).delete()
-        if not deleted:
-            raise Refused(f"run #{job.pk} has no watch rule of its own; it is watched by its team's", status=409)
-        audit.record(job.team, user, audit.WATCH_RULE_CHANGED, f"run #{job.pk} is watched by its team's rule again",
-                     subject="job", subject_id=job.pk)

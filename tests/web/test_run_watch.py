@@ -21,7 +21,8 @@ from opdweb.budgets.models import MismatchBudget
 from opdweb.jobs.models import Job
 from opdweb.rollouts.actions import do_create_config
 from opdweb.runs.models import Alert, MlflowRun, WatchRule
-from opdweb.runs.watch import budget_points, do_check_silent_runs
+from opdweb.runs.silence import do_check_silent_runs
+from opdweb.runs.watch import budget_points
 from opdweb.teams.models import AuditEntry, Role
 from opdweb.tokens.actions import do_create_token
 from tests.web.approval_world import admission_job, make_checkpoint
