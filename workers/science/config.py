@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+from collections import defaultdict
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Mapping, Union, get_args
 
@@ -376,46 +377,39 @@ def _load_yaml(text: str, what: str, expected: type):
     return data
 
 
+#: Each pydantic error type in the product's words: a template over the error's context
+#: (``ge``, ``max_length``, ...) and ``got``, the value as sent.
+_PLAIN_WORDS = {
+    "literal_error": "must be one of {expected} (got {got!r})",
+    "greater_than_equal": "must be at least {ge} (got {got!r})",
+    "greater_than": "must be more than {gt} (got {got!r})",
+    "less_than_equal": "must be at most {le} (got {got!r})",
+    "less_than": "must be less than {lt} (got {got!r})",
+    **dict.fromkeys(("int_parsing", "int_type", "int_from_float"), "must be a whole number (got {got!r})"),
+    **dict.fromkeys(("float_parsing", "float_type", "finite_number"), "must be a number (got {got!r})"),
+    **dict.fromkeys(("bool_parsing", "bool_type"), "must be true or false (got {got!r})"),
+    **dict.fromkeys(("string_type", "string_sub_type"), "must be a string (got {got!r})"),
+    **dict.fromkeys(("list_type", "tuple_type"), "must be a list (got {got!r})"),
+    **dict.fromkeys(("dict_type", "model_type", "model_attributes_type"), "must be an object (got {got!r})"),
+    "missing": "is required",
+    "too_long": "has too many entries (at most {max_length})",
+    "too_short": "has too few entries (at least {min_length})",
+    "string_too_long": "is too long (at most {max_length} characters)",
+    "string_too_short": "is too short (at least {min_length} characters)",
+    "string_pattern_mismatch": "must match {pattern} (got {got!r})",
+}
+
+
 def plain_message(err: Mapping[str, Any]) -> str:
     """One pydantic error in the product's words, the value as sent where it helps
     (``must be at least 1 (got 0)``); an unknown field is answered by the caller."""
-    kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
-    if kind == "literal_error":
-        return f"must be one of {ctx.get('expected', '')} (got {got!r})"
-    if kind == "greater_than_equal":
-        return f"must be at least {ctx.get('ge')} (got {got!r})"
-    if kind == "greater_than":
-        return f"must be more than {ctx.get('gt')} (got {got!r})"
-    if kind == "less_than_equal":
-        return f"must be at most {ctx.get('le')} (got {got!r})"
-    if kind == "less_than":
-        return f"must be less than {ctx.get('lt')} (got {got!r})"
-    if kind in ("int_parsing", "int_type", "int_from_float"):
-        return f"must be a whole number (got {got!r})"
-    if kind in ("float_parsing", "float_type", "finite_number"):
-        return f"must be a number (got {got!r})"
-    if kind in ("bool_parsing", "bool_type"):
-        return f"must be true or false (got {got!r})"
-    if kind in ("string_type", "string_sub_type"):
-        return f"must be a string (got {got!r})"
-    if kind in ("list_type", "tuple_type"):
-        return f"must be a list (got {got!r})"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return f"must be an object (got {got!r})"
-    if kind == "missing":
-        return "is required"
-    if kind == "too_long":
-        return f"has too many entries (at most {ctx.get('max_length')})"
-    if kind == "too_short":
-        return f"has too few entries (at least {ctx.get('min_length')})"
-    if kind == "string_too_long":
-        return f"is too long (at most {ctx.get('max_length')} characters)"
-    if kind == "string_too_short":
-        return "must not be empty" if ctx.get("min_length") == 1 else \
-            f"is too short (at least {ctx.get('min_length')} characters)"
-    if kind == "string_pattern_mismatch":
-        return f"must match {ctx.get('pattern')} (got {got!r})"
-    return str(err["msg"]).removeprefix("Value error, ")
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "string_too_short" and ctx.get("min_length") == 1:
+        return "must not be empty"
+    template = _PLAIN_WORDS.get(kind)
+    if template is None:
+        return str(err["msg"]).removeprefix("Value error, ")
+    return template.format_map(defaultdict(str, ctx, got=err.get("input")))
 
 
 def validation_problems(exc: ValidationError, root: str = "config",
