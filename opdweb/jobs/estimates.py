@@ -166,10 +166,10 @@ def estimate(team_id: int, kind: str, config: dict) -> Estimate:
     run once a worker takes it, for team ``team_id``."""
     model = str(config.get("model", ""))
     prompts = prompts_of(kind, config)
-    of_model = f"{kind} job{{s}} of this model" if model else f"{kind} job{{s}}"
+    of_model = " of this model" if model else ""
     same = list((finished(team_id, kind).filter(config__model=model) if model else finished(team_id, kind))[:HISTORY])
     if same:
-        of = of_model.format(s="s" if len(same) != 1 else "")
+        of = f"{kind} job{'s' if len(same) != 1 else ''}{of_model}"
         spans = [(j.finished_at - j.started_at).total_seconds() for j in same]
         if prompts is not None:
             per_prompt = statistics.median(
@@ -183,7 +183,7 @@ def estimate(team_id: int, kind: str, config: dict) -> Estimate:
         return Estimate(seconds, False, basis, _rounds_note(kind, config))
     at_reference = reference_seconds(kind, config)
     if at_reference is None:
-        why = (f"no finished {of_model.format(s='')} of the team yet" if kind not in SIZED_KINDS
+        why = (f"no finished {kind} job{of_model} of the team yet" if kind not in SIZED_KINDS
                else "no finished job of this model yet, and no worker has read its config (register it)")
         return Estimate(None, False, why)
     ratios = [taken / predicted for taken, predicted in _past_ratios(team_id, kind) if predicted > 0]
