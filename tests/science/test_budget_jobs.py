@@ -109,6 +109,9 @@ def test_where_the_unit_measures_zero_the_admission_decides_on_the_absolute_k3(s
     assert roomy["multiple"] is None and roomy["decided_on"] == "absolute"
     assert roomy["absolute_budget"] == pytest.approx(1.0) and 0 < roomy["value_ci"][1] < 1.0
     assert roomy["verdict"] == "pass" and "undefined" in roomy["reason"]
+    # sampling stopped on the absolute k3's CI, not at the token budget chasing a multiple that has none
+    assert roomy["precision"]["of"] == "absolute" and roomy["precision"]["stopped"] == "precision", roomy["precision"]
+    assert roomy["precision"]["relative_half_width"] <= roomy["precision"]["target_ci"]
     # 1e-9: far below the FP8 config's k3 (its CI's low end), as is the harmful level's 2e-9
     tight = admit(budget=1.0, reference_value=1e-9, ladder=[rung(1.0, 0.0, "within"), rung(2.0, 3.0, "beyond")])
     assert tight["value_ci"][0] > 2e-9 and tight["verdict"] == "fail"

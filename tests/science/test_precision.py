@@ -5,7 +5,7 @@ import pytest
 from tests.dependencies import require_vllm
 from workers.science.config import MismatchJobConfig, RolloutConfig
 from workers.science.mismatch import run_mismatch
-from workers.science.multiple import next_round_size, relative_half_width, stop_reason
+from workers.science.multiple import next_round_size, precision, relative_half_width, stop_reason
 
 
 def job(student, **kw):
@@ -30,6 +30,9 @@ def test_the_stop_rule():
     assert next_round_size(100, 0.5, 0.25, 32) == 300  # 100 * (4 - 1) * 1.1 = 330, capped at 3 * 100
     assert next_round_size(100, 0.26, 0.25, 32) == 32
     assert next_round_size(100, None, 0.25, 32) == 100
+    # where the unit vanishes, the rounds read the absolute value's CI (no multiple is defined)
+    assert precision(None, None, 0.02, [0.015, 0.025], vanished=True) == (pytest.approx(0.25), "absolute")
+    assert precision(4.0, [3.0, 5.0], 0.02, [0.0, 1.0], vanished=False) == (pytest.approx(0.25), "multiple")
 
 
 def test_rounds_stop_when_the_ci_is_within_the_target(student):

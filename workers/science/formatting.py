@@ -65,7 +65,9 @@ def _unit_lines(r: MismatchReport) -> list[str]:
     if prec:
         share = prec.get("top1pct_share")
         w = prec.get("relative_half_width")
-        out.append(f"precision CI half-width {'-' if w is None else f'±{w:.0%}'} (target ±{prec['target_ci']:.0%}), "
+        width = "-" if w is None else f"±{w:.0%}" + (f" of the absolute {r.metric}" if prec.get("of") == "absolute"
+                                                    else "")
+        out.append(f"precision CI half-width {width} (target ±{prec['target_ci']:.0%}), "
                    f"{len(prec['rounds'])} round(s), stopped: {prec['stopped']}; top 1% of tokens carry "
                    f"{'-' if share is None else format(share, '.0%')} of {r.metric}")
     if r.logprobs:

@@ -231,6 +231,13 @@ def per_sequence_sums(rec: TokenRecords, metric: str, n_sequences: int) -> tuple
     return sums, counts
 
 
+def token_mean(rec: TokenRecords, metric: str) -> float | None:
+    """The metric's mean over response tokens (None without tokens): the absolute value."""
+    if rec.tokens == 0:
+        return None
+    return float(token_terms(rec)[metric].mean())
+
+
 def multiple_with_ci(
     rec: TokenRecords, ref: TokenRecords, metric: str, n_sequences: int, n_boot: int = 1000, seed: int = 0,
     level: float = 0.95,

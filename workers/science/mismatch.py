@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from .config import MAX_PROMPTS, MismatchJobConfig, RolloutConfig
 from .measurement import Measurement, MeasurementSession
-from .multiple import compare, floor_from, next_round_size, relative_half_width, stop_reason, top_share, unit_block
+from .multiple import compare, floor_from, next_round_size, precision, stop_reason, top_share, unit_block
 from .reporting import Reporter
 from .results import Comparison, MismatchReport, unit_vanishes
 
@@ -131,7 +131,7 @@ class MismatchRun:
 
     def measure_round(self, start: int, stop: int) -> float | None:
         """Measure prompts ``[start, stop)`` with every engine; the CI's relative half-width so far."""
-        from .metrics import finite_or_none, multiple_with_ci
+        from .metrics import finite_or_none, mean_with_ci, multiple_with_ci, token_mean
 
         r = self.rounds
         ref_slice, floor_slice, cfg_slice = _progress_slices(len(r.rows))
@@ -146,11 +146,17 @@ class MismatchRun:
         r.config = r.ref if self.is_unit else _joined(r.config, r_cfg)
         if self.other_unit:
             self._measure_other_unit(self.other_unit, start, stop)
-        value, ci = multiple_with_ci(r.config.records, r.ref.records, self.cfg.metric, stop, self.cfg.bootstrap,
-                                     seed=self.cfg.seed_effective)
-        rel = relative_half_width(finite_or_none(value), ci)
+        metric, n_boot, seed = self.cfg.metric, self.cfg.bootstrap, self.cfg.seed_effective
+        value, ci = multiple_with_ci(r.config.records, r.ref.records, metric, stop, n_boot, seed=seed)
+        vanished = unit_vanishes(token_mean(r.ref.records, metric), mean_with_ci(r.ref.records, metric, stop, n_boot,
+                                                                                 seed=seed))
+        if vanished:
+            value, ci = None, None
+        absolute = token_mean(r.config.records, metric)
+        absolute_ci = mean_with_ci(r.config.records, metric, stop, n_boot, seed=seed) if vanished else None
+        rel, of = precision(finite_or_none(value), ci, absolute, absolute_ci, vanished)
         r.rows.append({"prompts": stop, "tokens": r.config.records.tokens, "multiple": finite_or_none(value),
-                       "multiple_ci": ci, "relative_half_width": rel})
+                       "multiple_ci": ci, "value": absolute, "relative_half_width": rel, "of": of})
         self.reporter.log(len(r.rows), {"mismatch/round_multiple": value}
                           if value is not None and math.isfinite(value) else {})
         return rel
@@ -185,7 +191,8 @@ class MismatchRun:
         body = compare(session, r.config, r.ref, cfg.metric, cfg.bootstrap, cfg.position_buckets)
         floor = floor_from(r.ref, r.floor, cfg.metric, n, cfg.bootstrap, cfg.seed_effective)
         units, unit_factor = self.units(body, floor, n)
-        rel = relative_half_width(body.multiple, body.multiple_ci)
+        rel, of = precision(body.multiple, body.multiple_ci, body.value, body.value_ci,
+                            unit_vanishes(body.reference_value, body.reference_value_ci))
         share = top_share(r.config.records, cfg.metric)
         extra = {
             "model": cfg.model, "task": session.task, "prompts": n, "seed": cfg.seed_effective,
@@ -195,8 +202,8 @@ class MismatchRun:
             "floor": floor, "units": units, "unit_factor": unit_factor, "identical_to_unit": self.is_unit,
             "logprobs": LOGPROB_TRANSFORM,
             "precision": {"target_ci": cfg.target_ci, "max_tokens": cfg.max_tokens, "relative_half_width": rel,
-                          "stopped": r.stopped, "rounds": r.rows, "top1pct_share": share},
-            "warnings": self.warnings(body, floor, rel, share), "trainer_dtype": session.trainer_dtype,
+                          "of": of, "stopped": r.stopped, "rounds": r.rows, "top1pct_share": share},
+            "warnings": self.warnings(body, floor, rel, of, share), "trainer_dtype": session.trainer_dtype,
             "engine": r.config.engine_info,
             "kv_cache": kv_capacity(session.model_config, session.kv_layer_formats(self.rollout)),
             "reference_cached": r.ref.cached, "timing": self.timing(),
@@ -223,12 +230,14 @@ class MismatchRun:
                                    "multiple)", "value": finite_or_none(f), "ci": f_ci}
         return units, unit_factor
 
-    def warnings(self, body: Comparison, floor: dict, rel: float | None, share: float | None) -> list[str]:
+    def warnings(self, body: Comparison, floor: dict, rel: float | None, of: str,
+                 share: float | None) -> list[str]:
         """The session's warnings, and what limits how far this multiple can be trusted."""
         cfg, metric, tokens = self.cfg, self.cfg.metric, self.tokens
         out = list(self.session.warnings)
         if rel is None or rel > cfg.target_ci > 0:
-            width = "no CI" if rel is None else f"the 95% CI is ±{rel:.0%} of the multiple"
+            what = "the multiple" if of == "multiple" else f"the absolute {metric}"
+            width = "no CI" if rel is None else f"the 95% CI is ±{rel:.0%} of {what}"
             out.append(f"precision: {width} after {tokens} tokens ({self.rounds.stopped}), wider than the target "
                        f"±{cfg.target_ci:.0%}: too wide to decide; raise max_tokens or prompts")
         ci = body.multiple_ci

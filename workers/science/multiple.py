@@ -72,6 +72,17 @@ def relative_half_width(multiple: float | None, ci: Sequence[float | None] | Non
     return (hi - lo) / 2.0 / multiple
 
 
+def precision(multiple: float | None, multiple_ci, value: float | None, value_ci,
+              vanished: bool) -> tuple[float | None, str]:
+    """The CI's relative half-width that the stop rule reads, and of what: the multiple's, or,
+    where the unit vanishes and no multiple is defined, the absolute value's (the one the
+    admission then decides on), so that sampling stops once that is precise enough instead
+    of running to the token budget."""
+    if vanished:
+        return relative_half_width(value, value_ci), "absolute"
+    return relative_half_width(multiple, multiple_ci), "multiple"
+
+
 def stop_reason(rel_half_width: float | None, target: float, tokens: int, max_tokens: int,
                 prompts: int, max_prompts: int) -> str | None:
     """Why sampling rounds stop now, or None to sample another round: the CI reached the
