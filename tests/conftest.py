@@ -16,6 +16,17 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.browser)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def collected_static(django_db_blocker):
+    """Pages name static files by their hashed names, read from the manifest that
+    collectstatic writes (as the launcher does before serving): the web tests' servers and
+    the benchmarks that render pages both need it, whichever runs first."""
+    from django.core.management import call_command
+
+    with django_db_blocker.unblock():
+        call_command("collectstatic", "--noinput", verbosity=0)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Before any fixture: a fixture that starts vLLM must not fail where vLLM is missing."""

@@ -33,16 +33,6 @@ def clean_redis():
     redis_lib.Redis.from_url(settings.REDIS_URL).flushdb()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def collected_static(django_db_blocker):
-    """Pages name static files by their hashed names, read from the manifest that
-    collectstatic writes (as the launcher does before serving)."""
-    from django.core.management import call_command
-
-    with django_db_blocker.unblock():
-        call_command("collectstatic", "--noinput", verbosity=0)
-
-
 def database_url() -> str:
     db = connection.settings_dict
     host = quote(db["HOST"], safe="") if db["HOST"].startswith("/") else db["HOST"]
