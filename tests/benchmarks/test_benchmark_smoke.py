@@ -1,7 +1,8 @@
 """Every benchmark in ``benchmarks/`` runs to its end at a smoke size, so a change that breaks
 one fails here rather than the day someone wants its figures.  Each runs as its page in
 docs/benchmarks/ says, as a process of its own, against the suite's PostgreSQL server (a
-database of its own, made and dropped by the benchmark) and Redis; the test asserts only
+database of its own, made and dropped by the benchmark) and a Redis of its own, two at a
+time (:class:`SmokeRuns`); the test asserts only
 that it exited 0 and printed its table or JSON, never its figures (they mean nothing at
 these sizes on a shared machine).
 
@@ -10,17 +11,20 @@ A script in ``benchmarks/`` with neither a smoke size in ``SMOKE`` nor a stated 
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
 import subprocess
 import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+
+from opdweb.embedded_servers import start_embedded_redis
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
@@ -128,31 +132,68 @@ def test_it_knows_every_benchmark():
                               f"missing {sorted(scripts - known)}, gone {sorted(known - scripts)}")
 
 
+#: Smokes run this many at a time: most of a smoke's time is spent starting servers and
+#: waiting on them, so two overlap even on two cores.
+CONCURRENT = 2
+
+
+class SmokeRuns:
+    """Every smoke this session selected, started at the module's first test, ``CONCURRENT``
+    at a time, each as a process of its own with a Redis of its own: Redis's pub/sub
+    channels ignore the database number, so two benchmarks on one server would hear each
+    other's jobs (their job ids come from databases of their own and repeat)."""
+
+    def __init__(self, scripts: list[str], shared: Path):
+        self.shared = shared
+        self.pool = ThreadPoolExecutor(CONCURRENT)
+        self.runs: dict[str, Future] = {}
+        sources = [SMOKE[s].reads for s in scripts if SMOKE[s].reads]
+        needed = list(dict.fromkeys(scripts + [s for s in sources if s]))
+        # what a smoke reads is submitted before it, so it is running or done when the reader waits
+        for script in sorted(needed, key=lambda s: SMOKE[s].reads is not None):
+            self.runs[script] = self.pool.submit(self.run, script)
+
+    def result(self, script: str) -> subprocess.CompletedProcess:
+        return self.runs[script].result()
+
+    def run(self, script: str) -> subprocess.CompletedProcess:
+        """Run ``script`` at its smoke size, after the benchmark whose output it reads."""
+        reads = SMOKE[script].reads
+        if reads:
+            self.runs[reads].result()
+        # A database of its own on the shared server, named after the suite's, so that suites
+        # side by side on one server never meet.
+        database = f"{settings.DATABASES['default']['NAME']}_smoke_{Path(script).stem}"[:63]
+        args = [a.format(database=database, tmp=self.shared) for a in SMOKE[script].args]
+        redis_url, redis = start_embedded_redis(self.shared / f"redis-{Path(script).stem}")
+        try:
+            return subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=ROOT,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1", "REDIS_URL": redis_url},
+                                  capture_output=True, text=True, timeout=CEILING_S)
+        finally:
+            redis.stop(time.monotonic() + 15)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("benchmarks")
-
-
-@functools.cache
-def run_smoke(script: str, shared: Path) -> subprocess.CompletedProcess:
-    """Run ``script`` at its smoke size, once (one benchmark may read another's output)."""
-    # A database of its own on the shared server, named after the suite's, so that suites
-    # side by side on one server never meet.
-    database = f"{settings.DATABASES['default']['NAME']}_smoke_{Path(script).stem}"[:63]
-    args = [a.format(database=database, tmp=shared) for a in SMOKE[script].args]
-    return subprocess.run([sys.executable, str(BENCHMARKS / script), *args], cwd=ROOT,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True,
-                          timeout=CEILING_S)
+def smokes(request, tmp_path_factory):
+    selected = [item.callspec.params["script"] for item in request.session.items
+                if item.module is request.module and getattr(item, "originalname", "") == "test_it_runs_to_the_end"]
+    runs = SmokeRuns(selected, tmp_path_factory.mktemp("benchmarks"))
+    yield runs
+    runs.close()
 
 
 # Every run is a process with Django's or torch's start-up: tens of seconds on a busy machine.
 @pytest.mark.slow
 @pytest.mark.parametrize("script", [pytest.param(name, marks=smoke.marks) for name, smoke in SMOKE.items()])
-def test_it_runs_to_the_end(script, shared):
+def test_it_runs_to_the_end(script, smokes):
     smoke = SMOKE[script]
     if smoke.reads:
-        assert run_smoke(smoke.reads, shared).returncode == 0, f"{smoke.reads}, whose output {script} reads, failed"
-    done = run_smoke(script, shared)
+        assert smokes.result(smoke.reads).returncode == 0, f"{smoke.reads}, whose output {script} reads, failed"
+    done = smokes.result(script)
     output = f"--- stdout\n{done.stdout[-6000:]}\n--- stderr\n{done.stderr[-6000:]}"
     assert done.returncode == 0, output
     if smoke.prints == "json":
