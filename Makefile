@@ -81,7 +81,7 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 test: lint browser $(MLFLOW_SERVER_STAMP)
-	$(PY) -m opdweb.launcher test -q --durations=30
+	$(PY) -m opdweb.launcher test -q --durations=30 --junitxml=test-artifacts/junit.xml
 
 test-fast: lint
 	$(PY) -m opdweb.launcher test -q -m "$(FAST)"
