@@ -19,6 +19,7 @@ from opdweb.rollouts.evidence import verdict_of
 from opdweb.sandbox import OutsideSandbox, confine_model
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
+from workers.science.kernels import GPU_ARCHITECTURES, gpu_refusal
 from workers.science.kv_scale_artifact import KvScaleArtifact, NoScales, build_artifact
 from workers.science.vllm_args import uses_scale_file
 
@@ -109,11 +110,28 @@ def export_text(approval, fmt: ExportFormat, facts: CheckpointFacts | None = Non
         raise Refused(f"this approval cannot be exported as {fmt.slug}: {exc}", status=409) from None
 
 
-def checked_export(approval, fmt: ExportFormat) -> tuple[str, bool]:
+def check_gpu(approval, fmt: ExportFormat, gpu: str | None) -> None:
+    """Refuse a trainer's export for a GPU architecture (``sm_80``) whose kernels are not the
+    engine admitted (400 for a name that is not an architecture).  Unnamed, the export stands
+    for the GPUs it says it is valid on; the plain YAML is no engine."""
+    if not gpu:
+        return
+    if gpu not in GPU_ARCHITECTURES:
+        raise Refused(f"gpu: unknown GPU architecture {gpu!r}; one of {', '.join(GPU_ARCHITECTURES)}", status=400,
+                      details=[{"field": "gpu", "message": f"one of {', '.join(GPU_ARCHITECTURES)}"}])
+    reason = gpu_refusal(RolloutConfig.model_validate(approval.config.config), gpu) if fmt.slug in TRAINERS else None
+    if reason:
+        raise Refused(f"this approval cannot be exported for {fmt.target} on {gpu}: {reason}", status=409,
+                      details=[{"field": "gpu", "message": reason}])
+
+
+def checked_export(approval, fmt: ExportFormat, gpu: str | None = None) -> tuple[str, bool]:
     """The file to hand out, and whether its trainer's loader checked it here: refused (409)
-    when it fails that check or is not the file that was approved.  Once a run trained under
-    the approval breached its budget, the file handed out is the approved one with the breach
-    in its provenance (``breached``, or the comment line), checked as approved without it."""
+    when it fails that check, is not the file that was approved, or is asked for a GPU
+    (``gpu``) that runs another engine.  Once a run trained under the approval breached its
+    budget, the file handed out is the approved one with the breach in its provenance
+    (``breached``, or the comment line), checked as approved without it."""
+    check_gpu(approval, fmt, gpu)
     text = export_text(approval, fmt)
     problems = check_export(fmt.slug, text)
     if problems:  # the product wrote a file its trainer refuses: say so rather than hand it out
@@ -144,7 +162,7 @@ def export_statuses(approval) -> list[dict]:
                              "text": None, "sha256": None, "trainer": fmt.slug in TRAINERS})
             continue
         statuses.append({"format": fmt, "refused": None, "text": text, "sha256": sha256_of(text),
-                         "approved": (approval.export_hashes or {}).get(fmt.slug)})
+                         "approved": (approval.export_hashes or {}).get(fmt.slug), "trainer": fmt.slug in TRAINERS})
     return statuses
 
 

@@ -29,6 +29,7 @@ from opdweb.rollouts.evidence import budget_of, curve_with_check, latest_admissi
 from opdweb.teams import audit
 from opdweb.teams.access import teams_of
 from opdweb.teams.models import Role
+from workers.science.kernels import GPU_ARCHITECTURES
 
 
 @login_required
@@ -69,6 +70,7 @@ def approval_detail(request, approval_id: int):
         "can_decide": can_decide,
         "lapse": lapse_reason(approval) if approval.state == ApprovalState.APPROVED else None,
         "exports": exports, "fallback": fallback_of(approval, exports) if exports else None,
+        "gpus": GPU_ARCHITECTURES,
         "kv_scales": shipped_kv_scales(approval) if approval.state == ApprovalState.APPROVED else None,
     })
 
@@ -101,7 +103,8 @@ def approval_decide(request, approval_id: int):
 @require_POST
 @answers_refusals
 def approval_export(request, approval_id: int, fmt: str):
-    """The approved config for a trainer; refused (409) unless the approval is current.  A
+    """The approved config for a trainer; refused (409) unless the approval is current, or
+    where the GPU architecture asked for (``gpu``, e.g. ``sm_80``) runs another engine.  A
     POST (with the CSRF token): a download is audited, and no other site can make one."""
     approval = visible_approval(request.user, approval_id)
     export = FORMATS.get(fmt)
@@ -111,14 +114,19 @@ def approval_export(request, approval_id: int, fmt: str):
     if reason is not None:
         raise Refused(f"only a currently approved config can be exported: {reason}", status=409)
     record = approval.config
-    text, checked = checked_export(approval, export)
-    audit.record(approval.team, request.user, audit.CONFIG_EXPORTED, f"exported {record.name} as {export.slug}",
-                 subject="approval", subject_id=approval.pk, config=record.pk, format=export.slug)
+    gpu = request.POST.get("gpu", "").strip() or None
+    text, checked = checked_export(approval, export, gpu)
+    on = f" for {gpu}" if gpu else ""
+    audit.record(approval.team, request.user, audit.CONFIG_EXPORTED, f"exported {record.name} as {export.slug}{on}",
+                 subject="approval", subject_id=approval.pk, config=record.pk, format=export.slug,
+                 **({"gpu": gpu} if gpu else {}))
     response = HttpResponse(text, content_type=f"{export.content_type}; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{record.short_hash}-{export.slug}.{export.extension}"'
     response["X-Opdweb-Target"] = export.target
     response["X-Opdweb-Checked"] = export.verified_against if checked else "not checked at export time"
     response["X-Opdweb-Sha256"] = sha256_of(text)
+    if gpu:
+        response["X-Opdweb-GPU"] = gpu
     return response
 
 

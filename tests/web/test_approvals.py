@@ -158,6 +158,33 @@ def test_export_before_approval_or_after_rejection_is_refused(world):
     assert not AuditEntry.objects.filter(action="config.exported").exists()
 
 
+def test_an_export_for_a_gpu_that_runs_another_kernel_is_refused(world):
+    """The approved engine is FP8 W8A8 (block): an A100 (sm_80) has no FP8 tensor cores and runs
+    it as Marlin weight-only, another engine; a Hopper (sm_90) runs it as admitted, byte for byte
+    the file a download without a GPU gets."""
+    admission_job(world.team, world.checkpoint, FP8, world.budget)
+    approval = world.request()
+    world.decide(approval)
+    client = world.client(world.member)
+    plain = client.post(f"/approvals/{approval.pk}/export/verl/")
+    hopper = client.post(f"/approvals/{approval.pk}/export/verl/", {"gpu": "sm_90"})
+    assert plain.status_code == hopper.status_code == 200 and hopper["X-Opdweb-GPU"] == "sm_90"
+    assert hopper.content == plain.content and "X-Opdweb-GPU" not in plain
+    for fmt in ("verl", "vllm", "slime"):
+        ampere = client.post(f"/approvals/{approval.pk}/export/{fmt}/", {"gpu": "sm_80"})
+        text = ampere.content.decode()
+        assert ampere.status_code == 409 and "on sm_80" in text and "Marlin weight-only" in text, text
+    assert client.post(f"/approvals/{approval.pk}/export/yaml/", {"gpu": "sm_80"}).status_code == 200  # no engine
+    unknown = client.post(f"/approvals/{approval.pk}/export/verl/", {"gpu": "sm_99"})
+    assert unknown.status_code == 400 and "unknown GPU architecture &#x27;sm_99&#x27;" in unknown.content.decode()
+    exported = AuditEntry.objects.filter(action="config.exported").order_by("id")
+    # verl plain, verl on sm_90, the YAML on sm_80: the refusals left no entry
+    assert [(e.detail["format"], e.detail.get("gpu")) for e in exported] == [("verl", None), ("verl", "sm_90"),
+                                                                            ("yaml", "sm_80")]
+    page = client.get(f"/approvals/{approval.pk}/").content.decode()
+    assert '<option value="sm_80">Ampere (A100, A30), sm_80</option>' in page
+
+
 def test_an_approval_lapses_when_the_budget_is_recalibrated(world):
     admission_job(world.team, world.checkpoint, FP8, world.budget)
     approval = world.request()
