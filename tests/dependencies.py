@@ -56,6 +56,15 @@ def verl_tree_missing() -> str | None:
     return f"verl's config tree is not installed at {verl_config_dir()} (make installs it)"
 
 
+def pinned_vllm_missing() -> str | None:
+    """The vLLM verl pins, installed beside verl on x86-64 (``requirements-trainers.txt``)."""
+    from opdweb.exports.verification import pinned_vllm_dir
+
+    if (pinned_vllm_dir() / "engine" / "arg_utils.py").is_file():
+        return None
+    return f"vLLM 0.24.0's source is not installed at {pinned_vllm_dir()} (make installs it on x86-64)"
+
+
 def require_vllm() -> None:
     """Inside a test or fixture: vLLM must import (see :func:`missing`)."""
     why = vllm_missing()
@@ -65,3 +74,4 @@ def require_vllm() -> None:
 
 needs_vllm = pytest.mark.needs.with_args(vllm_missing, installed_by_make=make_installs_vllm())
 needs_verl = pytest.mark.needs.with_args(verl_tree_missing)  # with_args: a lone callable would be decorated
+needs_pinned_vllm = pytest.mark.needs.with_args(pinned_vllm_missing, installed_by_make=platform.machine() == "x86_64")

@@ -10,6 +10,8 @@ where the trainer does not install from a registry:
   a standalone rollout pool, a checkpoint engine other than ``naive``, a standalone reward
   model); left out: everything after (Ray resource pools, workers, GPUs), and
   ``validate_config`` of ``main_ppo`` (its config dataclasses import verl's package, Ray included);
+  and, on its vLLM rollout, the engine arguments its server passes (read from verl's source)
+  against the vLLM verl pins, 0.24.0, read from that vLLM's source (:mod:`.pinned_vllm`);
 - prime-rl: every table and key of the TOML against ``manifests/prime-rl.json`` (its
   tables forbid unknown keys), and the TOML parsed by :mod:`tomllib`;
 - slime: every flag against ``manifests/slime.json``;
@@ -26,7 +28,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from opdweb.exports import prime_rl, slime
+from opdweb.exports import pinned_vllm, prime_rl, slime
 from opdweb.exports.trainer_source import definitions, method_prologue
 
 VERL_CONFIG_NAME = "ppo_trainer"
@@ -70,6 +72,23 @@ def verl_trainer_init_checks(cfg) -> None:
     init(cfg)
 
 
+def pinned_vllm_dir() -> Path:
+    """vLLM 0.24.0's package, installed beside verl (absent where its wheel does not install)."""
+    return trainers_dir() / "vllm"
+
+
+def verl_vllm_problems(cfg) -> list[str]:
+    """Where the vLLM verl pins would refuse what verl's vLLM rollout passes it for ``cfg``:
+    each argument its server takes from the rollout config, then ``engine_kwargs.vllm``."""
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.name != "vllm" or not (pinned_vllm_dir() / "engine" / "arg_utils.py").is_file():
+        return []
+    server = trainers_dir() / "verl" / "workers" / "rollout" / "vllm_rollout" / "vllm_async_server.py"
+    arguments = {arg: rollout.get(field) for arg, field in pinned_vllm.verl_passes(server).items()}
+    arguments.update(dict((rollout.get("engine_kwargs") or {}).get("vllm") or {}))
+    return [f"verl's vLLM rollout would not start: {p}" for p in pinned_vllm.problems(pinned_vllm_dir(), arguments)]
+
+
 def check_verl(text: str) -> list[str] | None:
     if not (verl_config_dir() / f"{VERL_CONFIG_NAME}.yaml").is_file():
         return None
@@ -81,7 +100,7 @@ def check_verl(text: str) -> list[str] | None:
         verl_trainer_init_checks(cfg)
     except AssertionError as exc:
         return [f"verl's {cfg.trainer.v1.trainer_mode} trainer stops at init: {exc}"]
-    return []
+    return verl_vllm_problems(cfg)
 
 
 def _tables(doc: dict, prefix: str = ""):

@@ -31,7 +31,6 @@ from opdweb.exports.quoting import hydra_value
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import DTYPE_LIBRARY_NAMES, RolloutConfig
 from workers.science.vllm_args import (
-    VLLM_VERSION,
     kept_in_bf16,
     kv_cache_refusals,
     module_name_refusals,
@@ -42,8 +41,8 @@ from workers.science.vllm_args import (
 VERL_VERSION = "0.9.1"
 TARGET = f"verl {VERL_VERSION}"
 #: The rollout engines its wheel pins (``verl[vllm]`` / ``verl[sglang]``, the README's table of targets).
-ENGINE_PIN = "vLLM 0.24.0 or SGLang 0.5.12 (its `vllm` / `sglang` extras); the engine arguments it passes are " \
-             f"checked against vLLM {VLLM_VERSION} here"
+ENGINE_PIN = "vLLM 0.24.0 or SGLang 0.5.12 (its `vllm` / `sglang` extras); the engine arguments its vLLM server " \
+             "passes are checked against vLLM 0.24.0's own EngineArgs and accepted values"
 GPUS = ("FP8 (block W8A8): Ada (sm_89), Hopper (sm_90) and newer; on Ampere and older vLLM runs block FP8 as Marlin "
         "weight-only (read in vLLM 0.32's kernel choice, not in 0.24's); BF16: any")
 ROLLOUT = "actor_rollout_ref.rollout"

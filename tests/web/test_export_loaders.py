@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-from opdweb.exports import FORMATS, NotExpressible, Provenance, render
-from opdweb.exports.verification import check, check_prime_rl, check_slime, compose_verl
+from opdweb.exports import FORMATS, NotExpressible, Provenance, pinned_vllm, render
+from opdweb.exports.verification import check, check_prime_rl, check_slime, compose_verl, pinned_vllm_dir, trainers_dir
 from opdweb.rollouts.canonical import canonical_rollout
-from tests.dependencies import needs_verl
+from tests.dependencies import needs_pinned_vllm, needs_verl
 from workers.science.checkpoint_facts import CheckpointFacts
 
 PROVENANCE = Provenance(config_hash="cd" * 32, config_name="matrix", checkpoint="/models/student", approval_id=1,
@@ -81,6 +81,40 @@ def test_verls_tree_refuses_a_key_it_does_not_have_so_the_check_can_fail():
     assert "verl's config tree refuses the overrides" in problem
     (problem,) = check("verl", text + "algorithm.rollout_correction.bounds=0.5\n")
     assert "bounds" in problem
+
+
+@needs_pinned_vllm
+def test_the_vllm_verl_pins_is_read_from_its_own_source():
+    """Hand values from vLLM 0.24.0's and verl 0.9.1's source: the LogprobsMode literal, fields
+    0.24 has and 0.32 added, and what verl's server passes from the rollout config."""
+    root = pinned_vllm_dir()
+    assert pinned_vllm.literal_values(root, *pinned_vllm.CHOICES["logprobs_mode"]) == {
+        "raw_logits", "raw_logprobs", "processed_logits", "processed_logprobs"}
+    assert {"fp8", "fp8_e4m3", "fp8_e5m2"} <= pinned_vllm.literal_values(root, *pinned_vllm.CHOICES["kv_cache_dtype"])
+    names = pinned_vllm.engine_arg_names(root)
+    assert {"logprobs_mode", "kv_cache_dtype", "quantization", "calculate_kv_scales"} <= names
+    assert "max_num_active_seqs" not in names  # an engine argument from a later vLLM (0.32 has it)
+    server = trainers_dir() / "verl" / "workers" / "rollout" / "vllm_rollout" / "vllm_async_server.py"
+    passes = pinned_vllm.verl_passes(server)
+    assert passes["logprobs_mode"] == "logprobs_mode" and passes["tensor_parallel_size"] == "tensor_model_parallel_size"
+    assert passes["quantization"] == "quantization" and passes["dtype"] == "dtype"
+
+
+@needs_verl
+@needs_pinned_vllm
+def test_an_engine_argument_verls_vllm_lacks_fails_the_check_though_hydra_composes_it():
+    text = render(FORMATS["verl"], canonical_rollout({"weights": "fp8_e4m3", "weight_scale": "block",
+                                                      "activations": "fp8_e4m3", "kv_cache": "fp8_e4m3",
+                                                      "kv_scales": "unit"}), PROVENANCE, FACTS)
+    assert check("verl", text) == []
+    later = text + "+actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_active_seqs=8\n"
+    compose_verl([line for line in later.splitlines() if not line.startswith("#")])  # Hydra takes it
+    assert check("verl", later) == ["verl's vLLM rollout would not start: vLLM 0.24.0 has no engine argument "
+                                    "'max_num_active_seqs'"]
+    (problem,) = check("verl", text.replace("kv_cache_dtype=fp8_e4m3", "kv_cache_dtype=nvfp4_ds_mla"))
+    assert "vLLM 0.24.0 refuses kv_cache_dtype='nvfp4_ds_mla': it accepts auto, " in problem
+    (problem,) = check("verl", text.replace("logprobs_mode=processed_logprobs", "logprobs_mode=processed_probs"))
+    assert "refuses logprobs_mode='processed_probs'" in problem
 
 
 @pytest.mark.parametrize("partial", MATRIX)
