@@ -23,7 +23,7 @@ It records the demo pair's content hashes and writes ``docs/budget/results.json`
 Markdown tables it prints (each method's strict budget beside the paper's mean-drop one and
 where the shown-harmful zone starts, all from the same stored curve), and PNG charts of the
 budget curves drawn by plotly in Debian's Chromium (Playwright), as the budget page draws
-them.  ``--tables-from docs/budget/results.json`` rewrites only the tables of an earlier run.
+them.  ``--tables-from docs/budget/results.json`` rewrites only the tables and the chart of an earlier run.
 """
 from __future__ import annotations
 
@@ -186,6 +186,31 @@ def budget_text(value: float | None, status: str) -> str:
     return f"not reached (≥ {value:.3g}x)" if status == "not_reached" else f"{value:.3g}x"
 
 
+def bracket_text(bracket: list) -> str:
+    """``36.3x – 55.8x``; a bracket with no level shown safe: ``below 1.85x``."""
+    low, high = bracket
+    if low is None:
+        return "-" if high is None else f"below {high:.3g}x"
+    return f"{low:.3g}x – " + ("-" if high is None else f"{high:.3g}x")
+
+
+def pair_line(r: dict) -> str:
+    """The unit pair every multiple of the results is in, and its k3 on the demo student."""
+    from workers.science.results import unit_pair
+
+    s = r["settings"]
+    units = sorted({b["reference_value"] for b in r["budgets"].values() if b.get("reference_value")})
+    unit = f" (its k3 on the demo student: {units[0]:.3g} nats/token)" if len(units) == 1 else ""
+    return (f"Every multiple below is of the {unit_pair(s['unit_engine'], s['unit_trainer'])} pair's k3"
+            f"{unit}.")
+
+
+def status_message(budget: dict) -> str:
+    """``uninformative: ...``, without saying the status twice where the message starts with it."""
+    message = budget.get("message", "")
+    return message if message.startswith(budget["status"]) else f"{budget['status']}: {message}"
+
+
 def criteria_and_zones(b: dict) -> tuple[str, str, str]:
     """The strict budget, the paper's (mean drop at most the tolerance) and where the
     shown-harmful zone starts, from the stored curve (:mod:`workers.science.budget.zones`)."""
@@ -193,7 +218,8 @@ def criteria_and_zones(b: dict) -> tuple[str, str, str]:
     from workers.science.budget.zones import read_curve
 
     z = read_curve([LadderRung.of_curve(c) for c in b["curve"]], b.get("tolerance", 1.4))
-    return (budget_text(z.strict, z.strict_status), budget_text(z.mean, z.mean_status),
+    strict = "undecided" if b["status"] == "undecided" else budget_text(z.strict, z.strict_status)
+    return (strict, budget_text(z.mean, z.mean_status),
             "not shown" if z.harmful is None else f"{z.harmful:.3g}x")
 
 
@@ -201,6 +227,8 @@ def tables(r: dict) -> str:
     lines = ["| method | budget (strict) | budget (paper's: mean drop) | shown harmful from | bracket | "
              "baseline acc. | levels (multiple: acc. mean ± sd, drop) | wall |",
              "|---|---|---|---|---|---|---|---|"] if r["budgets"] else []
+    if r["budgets"]:
+        lines = [pair_line(r), "", *lines]
     for method, b in r["budgets"].items():
         if b["status"] == "uninformative":
             lines.append(f"| {method} | uninformative | - | - | - | - | {b['message']} | {b['wall_s']:.0f} s |")
@@ -209,9 +237,9 @@ def tables(r: dict) -> str:
         levels = "; ".join(f"{c['multiple']:.3g}x: {100 * c['accuracy_mean']:.1f} ± {100 * c['accuracy_sd']:.1f} "
                            f"({c['drop_points']:+.1f}{drop_interval(c)}, {len(c['accuracies'])} seeds, "
                            f"{c.get('judgement') or ('within' if c['within'] else 'not within')})" for c in b["curve"])
-        bracket = " – ".join("-" if x is None else f"{x:.3g}x" for x in b["bracket"])
-        lines.append(f"| {method} | {strict} | {paper} | {harmful} | {bracket} | {100 * b['baseline']['mean']:.1f} ± "
-                     f"{100 * b['baseline']['sd']:.1f} | {levels} | {b['wall_s']:.0f} s |")
+        baseline = f"{100 * b['baseline']['mean']:.1f} ± {100 * b['baseline']['sd']:.1f}"
+        lines.append(f"| {method} | {strict} | {paper} | {harmful} | {bracket_text(b['bracket'])} | {baseline} | "
+                     f"{levels} | {b['wall_s']:.0f} s |")
     for method, why in r.get("failed", {}).items():
         lines.append(f"| {method} | no budget | - | - | - | - | {why} | - |")
     if r["budgets"]:
@@ -223,7 +251,7 @@ def tables(r: dict) -> str:
         a = r["admission"]
         recipe = a.get("recipe") or {}
         lines += ["", f"FP8 W + KV against the OPD budget: **{a['verdict']}** at {a['multiple']:.3g}x "
-                      f"(CI {a['multiple_ci'][0]:.3g}–{a['multiple_ci'][1]:.3g}), margin {a['margin']:.2f}, "
+                      f"(CI {a['multiple_ci'][0]:.3g}–{a['multiple_ci'][1]:.3g}), budget / multiple {a['margin']:.3g}, "
                       f"KV capacity "
                       f"{a['kv_capacity_gain']:.2f}x; cheapest recipe within budget: "
                       + (f"{recipe['label']} ({recipe['multiple']:.3g}x, KV {recipe['capacity']:.2f}x)"
@@ -243,8 +271,7 @@ def tables(r: dict) -> str:
     if "late" in r:
         late = r["late"]
         if late["admission"] is None:
-            lines += ["", f"Late checkpoint (step {late['step']}): {late['budget']['status']}: "
-                          f"{late['budget'].get('message', '')}"]
+            lines += ["", f"Late checkpoint (step {late['step']}): {status_message(late['budget'])}"]
         else:
             lines += ["", f"Late checkpoint (step {late['step']}): budget {late['budget']['budget']:.3g}x "
                           f"({late['budget']['status']}); FP8 W + KV there: {late['admission']['verdict']} at "
@@ -275,15 +302,28 @@ def budget_figure(r: dict) -> tuple[list, dict]:
         xs = [1.0] + [c["multiple"] for c in b["curve"]]
         ys = [100 * b["baseline"]["mean"]] + [100 * c["accuracy_mean"] for c in b["curve"]]
         sd = [100 * b["baseline"]["sd"]] + [100 * c["accuracy_sd"] for c in b["curve"]]
-        traces.append({"x": xs, "y": ys, "name": f"{method} (budget {'≥ ' if b['status'] == 'not_reached' else ''}"
-                                                 f"{b['budget']:.3g}x)",
+        strict, paper, _ = criteria_and_zones(b)
+        traces.append({"x": xs, "y": ys, "name": f"{method} (budget {strict}; paper's {paper})",
                        "mode": "lines+markers", "line": {"color": colour},
                        "error_y": {"type": "data", "array": sd, "visible": True}})
-    layout = {"xaxis": {"type": "log", "title": {"text": "multiple of the BF16 engine's k3 (measured)"}},
+    from workers.science.results import unit_pair
+
+    pair = unit_pair(r["settings"]["unit_engine"], r["settings"]["unit_trainer"])
+    layout = {"xaxis": {"type": "log", "title": {"text": f"multiple of the {pair} pair's k3 (measured)"}},
               "yaxis": {"title": {"text": "held-out accuracy after equal steps (%)"}}, "showlegend": True,
               "title": {"text": "Budget curves on the toy world (mean ± sd over seeds)"}, "margin": {"t": 50},
               "height": 480}
     return traces, layout
+
+
+def write_tables(result: dict, out: Path) -> None:
+    """``results.md`` and ``budget_curves.png`` of ``result`` in ``out``; the tables printed."""
+    out.mkdir(parents=True, exist_ok=True)
+    text = tables(result)
+    (out / "results.md").write_text(text + "\n")
+    if result["budgets"]:
+        render_png([budget_figure(result)], out / "budget_curves.png")
+    print(text)
 
 
 def main() -> int:
@@ -318,13 +358,10 @@ def main() -> int:
     ap.add_argument("--out", default="docs/budget")
     ap.add_argument("--timeout", type=float, default=4 * 3600)
     ap.add_argument("--tables-from", metavar="RESULTS_JSON",
-                    help="only write the Markdown tables of an earlier run's results.json (no jobs run)")
+                    help="only write the Markdown tables and the chart of an earlier run's results.json (no jobs run)")
     args = ap.parse_args()
     if args.tables_from:
-        text = tables(json.loads(Path(args.tables_from).read_text()))
-        (ROOT / args.out).mkdir(parents=True, exist_ok=True)
-        (ROOT / args.out / "results.md").write_text(text + "\n")
-        print(text)
+        write_tables(json.loads(Path(args.tables_from).read_text()), ROOT / args.out)
         return 0
     args.methods = [m for m in args.methods.split(",") if m]  # none: only the other findings
     unknown = sorted(set(args.methods) - set(METHODS))
@@ -367,11 +404,7 @@ def main() -> int:
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=1))
-    text = tables(result)
-    (out / "results.md").write_text(text + "\n")
-    if result["budgets"]:
-        render_png([budget_figure(result)], out / "budget_curves.png")
-    print(text)
+    write_tables(result, out)
     print(f"\n({result['total_s']:.0f} s with {args.gpu_workers} gpu worker(s); load average at the end: {load()})")
     shutil.rmtree(tmp, ignore_errors=True)
     return 0

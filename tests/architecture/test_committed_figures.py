@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "budget" / "results.json"
 #: The documents that state the committed budget figures.
-DOCUMENTS = ("README.md", "docs/budgets.md", "docs/benchmarks/budget.md")
+DOCUMENTS = ("README.md", "docs/budgets.md", "docs/benchmarks/budget.md", "docs/budget/results.md")
 
 
 def pair_words(engine: str, trainer: str) -> re.Pattern:
