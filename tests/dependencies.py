@@ -57,12 +57,14 @@ def verl_tree_missing() -> str | None:
 
 
 def pinned_vllm_missing() -> str | None:
-    """The vLLM verl pins, installed beside verl on x86-64 (``requirements-trainers.txt``)."""
+    """The vLLMs verl and prime-rl pin, installed beside verl on x86-64
+    (``requirements-trainers.txt``, ``requirements-trainers-prime-rl.txt``)."""
+    from opdweb.exports.pinned_vllm import PINS
     from opdweb.exports.verification import pinned_vllm_dir
 
-    if (pinned_vllm_dir() / "engine" / "arg_utils.py").is_file():
-        return None
-    return f"vLLM 0.24.0's source is not installed at {pinned_vllm_dir()} (make installs it on x86-64)"
+    absent = [f"{trainer}'s vLLM {version} at {pinned_vllm_dir(trainer)}" for trainer, version in PINS.items()
+              if not (pinned_vllm_dir(trainer) / "engine" / "arg_utils.py").is_file()]
+    return f"not installed: {'; '.join(absent)} (make installs them on x86-64)" if absent else None
 
 
 def require_vllm() -> None:

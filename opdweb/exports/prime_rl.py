@@ -18,8 +18,8 @@ from workers.science.vllm_args import vllm_engine_args, vllm_engine_refusals
 MANIFEST = json.loads((Path(__file__).parent / "manifests" / "prime-rl.json").read_text())
 TARGET = f"prime-rl {MANIFEST['version']} (upstream {MANIFEST['commit'][:12]})"
 #: The vLLM it runs, pinned by its lock file (the README's table of targets).
-ENGINE_PIN = f"vLLM {MANIFEST['vllm_locked']} (its uv.lock; `vllm>=0.26.0`); the engine arguments are checked " \
-             f"against vLLM {vllm.VLLM_VERSION} here"
+ENGINE_PIN = f"vLLM {MANIFEST['vllm_locked']} (its uv.lock; `vllm>=0.26.0`); the `[inference.vllm]` engine " \
+             f"arguments are checked against vLLM {MANIFEST['vllm_locked']}'s own EngineArgs and accepted values"
 GPUS = "as vLLM"
 
 #: What prime-rl builds from each part of a rollout config (the README's table of targets).

