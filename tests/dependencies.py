@@ -56,6 +56,14 @@ def verl_tree_missing() -> str | None:
     return f"verl's config tree is not installed at {verl_config_dir()} (make installs it)"
 
 
+def skyrl_missing() -> str | None:
+    from opdweb.exports.verification import skyrl_dir
+
+    if (skyrl_dir() / "skyrl" / "train" / "config" / "config.py").is_file():
+        return None
+    return f"SkyRL's wheel is not installed at {skyrl_dir()} (make installs it)"
+
+
 def pinned_vllm_missing() -> str | None:
     """The vLLMs verl and prime-rl pin, installed beside verl on x86-64
     (``requirements-trainers.txt``, ``requirements-trainers-prime-rl.txt``)."""
@@ -76,4 +84,5 @@ def require_vllm() -> None:
 
 needs_vllm = pytest.mark.needs.with_args(vllm_missing, installed_by_make=make_installs_vllm())
 needs_verl = pytest.mark.needs.with_args(verl_tree_missing)  # with_args: a lone callable would be decorated
+needs_skyrl = pytest.mark.needs.with_args(skyrl_missing)
 needs_pinned_vllm = pytest.mark.needs.with_args(pinned_vllm_missing, installed_by_make=platform.machine() == "x86_64")

@@ -1,5 +1,5 @@
 """An approved rollout config in the words of the trainer that will run it: vLLM engine
-arguments, verl overrides, prime-rl TOML, slime flags, or plain YAML: one module per
+arguments, verl overrides, prime-rl TOML, slime flags, SkyRL overrides, or plain YAML: one module per
 trainer, each written against one version of that trainer's own source, the provenance
 and the refusal they share in :mod:`.base`.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from opdweb.exports import plain_yaml, prime_rl, slime, verl, vllm
+from opdweb.exports import plain_yaml, prime_rl, skyrl, slime, verl, vllm
 from opdweb.exports.base import NotExpressible, Provenance
 from workers.science.checkpoint_facts import CheckpointFacts
 from workers.science.config import RolloutConfig
@@ -46,12 +46,15 @@ FORMATS = {f.slug: f for f in [
     ExportFormat("slime", "slime flags", "sh", "text/plain", slime.TARGET,
                  f"the flag manifest read from slime's source at {slime.MANIFEST['commit'][:12]}",
                  slime.slime_flags),
+    ExportFormat("skyrl", "SkyRL overrides", "txt", "text/plain", skyrl.TARGET,
+                 f"SkyRL's own SkyRLTrainConfig.from_cli_overrides and validate_cfg ({skyrl.TARGET} wheel); its "
+                 f"engine_init_kwargs by vLLM {skyrl.VLLM_PIN}'s EngineArgs", skyrl.skyrl_overrides),
     ExportFormat("yaml", "plain YAML", "yaml", "application/yaml", "any tool",
                  "yaml.safe_load gives back the canonical config", plain_yaml.plain_yaml),
 ]}
 
 
-TRAINERS = {"vllm": vllm, "verl": verl, "prime-rl": prime_rl, "slime": slime}
+TRAINERS = {"vllm": vllm, "verl": verl, "prime-rl": prime_rl, "slime": slime, "skyrl": skyrl}
 
 
 def target_refusals(config: RolloutConfig, facts: CheckpointFacts | None = None,

