@@ -66,6 +66,10 @@ class WatchRule(models.Model):
     ess_floor = models.FloatField(null=True, blank=True, help_text="alert when the ESS falls below this")
     silence_seconds = models.PositiveIntegerField(
         null=True, blank=True, default=900, help_text="alert when a running run logs nothing for this long")
+    updates_per_step = models.PositiveIntegerField(
+        default=1, help_text="optimizer updates per logged step (train batch / mini-batch x epochs): budgets over "
+                             "training are calibrated at optimizer steps, so the watch reads the budget at "
+                             "logged step x this")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

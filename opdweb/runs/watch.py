@@ -20,7 +20,10 @@ The budget at a step: the link's budget, or, where the team has current budgets 
 task, method, metric and unit pair at other steps (a budget's step is the training step of
 the checkpoint it was calibrated on, ``MismatchBudget.step``), the one interpolation the
 training re-check uses too (:func:`workers.science.verdicts.budget_at`: log-linear
-between the two that bracket the run's step, flat beyond the first and the last).  The budget
+between the two that bracket the run's step, flat beyond the first and the last).  A budget's
+step counts optimizer updates; a trainer's logged step may be several (``updates_per_step``
+of the rule: train batch over mini-batch, times epochs), so the budget is read at the logged
+step times it, and an alert says both.  The budget
 rule is :data:`~workers.science.verdicts.OVER_FOR_CONSECUTIVE_STEPS`: a cluster run
 logs one multiple per step with no interval, so the watch asks for several steps over.
 """
@@ -138,7 +141,7 @@ def _observe_multiple(job, link, rule, state, points, m: MetricIn) -> list[Alert
     if math.isnan(m.value):  # says nothing either way: neither a step above nor a recovery
         return raised
     state.last_multiple = m.value
-    budget = budget_at(points, m.step)
+    budget = budget_at(points, m.step * rule.updates_per_step)
     if budget is not None and m.value > budget:
         if state.above_count == 0:
             state.above_since_step = m.step
@@ -148,7 +151,7 @@ def _observe_multiple(job, link, rule, state, points, m: MetricIn) -> list[Alert
             raised.append(raise_alert(job, link, state, AlertKind.BUDGET, step, m.value, budget,
                                  f"the multiple {m.value:.4g}x BF16 is above the budget {budget:.4g}x BF16 "
                                  f"({link.budget.pair}) since "
-                                 f"step {step} ({state.above_count} steps in a row; rule "
+                                 f"step {step}{_in_updates(step, rule)} ({state.above_count} steps in a row; rule "
                                  f"{OVER_FOR_CONSECUTIVE_STEPS})"))
             _mark_breached(link, job, step)
     elif budget is not None:
@@ -167,6 +170,12 @@ def _observe_multiple(job, link, rule, state, points, m: MetricIn) -> list[Alert
         elif slope <= threshold and state.holding.get(AlertKind.GROWTH):
             _recover(state, AlertKind.GROWTH)
     return raised
+
+
+def _in_updates(step: int, rule: WatchRule) -> str:
+    """`` (= N optimizer steps at K updates per step)`` where a logged step is several updates."""
+    k = rule.updates_per_step
+    return "" if k == 1 else f" (= {step * k:,} optimizer steps at {k} updates per step)"
 
 
 def raise_alert(job: Job, link: RunLink | None, state: RunWatchState, kind: str, step: int | None, value: float | None,

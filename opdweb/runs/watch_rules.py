@@ -14,17 +14,21 @@ from workers.science.kinds import Kind
 
 #: The team rule's fields, as the form names them, with their bounds.
 RULE_FIELDS = {"consecutive_steps": (int, 1, 100_000), "growth_per_1k_steps": (float, 0.0, 1e9),
-               "ess_floor": (float, 0.0, 1e9), "silence_seconds": (int, 1, 30 * 86400)}
+               "ess_floor": (float, 0.0, 1e9), "silence_seconds": (int, 1, 30 * 86400),
+               "updates_per_step": (int, 1, 1_000_000)}
+#: The fields that always hold a value: blank is refused, or (a default here) means the default.
+ALWAYS_SET = {"consecutive_steps": None, "updates_per_step": 1}
 
 
 def check_rule_fields(data) -> dict:
     """The form's values, each a number within its bounds or blank (not watched; the
-    consecutive steps are always watched); refused with every problem named."""
+    consecutive steps are always watched, and blank updates per step is 1); refused with
+    every problem named."""
     values, problems = {}, []
     for name, (kind, low, high) in RULE_FIELDS.items():
         text = (data.get(name) or "").strip()
-        if not text and name != "consecutive_steps":
-            values[name] = None
+        if not text and ALWAYS_SET.get(name, 0) is not None:
+            values[name] = ALWAYS_SET.get(name)
             continue
         try:
             value = kind(text)
@@ -32,12 +36,17 @@ def check_rule_fields(data) -> dict:
             problems.append({"field": name, "message": f"must be a {'whole ' if kind is int else ''}number"})
             continue
         if not (low <= value <= high) or (kind is float and not math.isfinite(value)):
-            problems.append({"field": name, "message": f"must be from {low:g} to {high:g}"})
+            problems.append({"field": name, "message": f"must be from {_number(low)} to {_number(high)}"})
             continue
         values[name] = value
     if problems:
         raise Refused("; ".join(f"{p['field']}: {p['message']}" for p in problems), details=problems)
     return values
+
+
+def _number(bound: float) -> str:
+    """A bound as the form would take it: whole numbers in full, others as ``%g``."""
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
 def _rule_text(values: dict) -> str:

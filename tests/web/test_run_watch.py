@@ -390,3 +390,47 @@ def test_a_checkpoint_the_run_uploaded_is_rechecked_from_the_store(tmp_path, set
                                          "value": f"mlflow-artifacts:/{info['experiment_id']}/{'0' * 32}/artifacts/x"})
     response = world.client(world.member).post(f"/runs/{job.pk}/recheck/")
     assert response.status_code in (302, 400) and Job.objects.filter(name__startswith="re-check").count() == 1
+
+
+@pytest.mark.django_db
+def test_the_watch_reads_the_budget_at_the_optimizer_step_of_each_logged_step(tmp_path, settings):
+    """Budgets over training are calibrated at optimizer steps: 10x at step 0 and 1,000x at step
+    1,000 give 10 * 100^(s / 1000) by hand.  A run logging 150x is under the budget at logged
+    steps 250 and 300 with 4 updates per logged step (optimizer steps 1,000 and 1,200:
+    1,000x), and above it once its rule says 1 update per step (step 301: 39.9x)."""
+    from opdweb.runs.metric_map import MULTIPLE_KEY
+    from opdweb.runs.templatetags.run_links import run_link_of
+
+    world = Watched(tmp_path, settings, budget=10.0)
+    MismatchBudget.objects.create(
+        team=world.team, checkpoint=world.checkpoint, task="arithmetic:3", method="opd", metric="k3",
+        unit_engine="hf", reference_value=UNIT_K3, tolerance=1.4, curve=[], baseline={}, budget=1000.0,
+        status="reached", rule="within 1.4 points", step=1000)
+    WatchRule.objects.create(team=world.team, consecutive_steps=1, updates_per_step=4)
+    run_id = world.start()
+    job = run_job(run_id)
+    for step in (250, 300):
+        world.log(run_id, step, verl_step(step, 150.0))
+    assert not Alert.objects.filter(job=job).exists()
+    guide = run_link_of(job)["chart_guides"][MULTIPLE_KEY]
+    assert guide["points"] == [(0.0, 10.0), (250.0, 1000.0)] and "(4 updates per step)" in guide["label"]
+
+    assert world.client(world.member).post(f"/runs/{job.pk}/watch/", {"consecutive_steps": "1",
+                                                                     "updates_per_step": "1"}).status_code == 302
+    world.log(run_id, 301, verl_step(301, 150.0))
+    alert = Alert.objects.get(job=job)
+    assert alert.step == 301 and alert.threshold == pytest.approx(10 * 100 ** 0.301)
+    assert "optimizer steps" not in alert.message
+    refused = world.client(world.member).post(f"/runs/{job.pk}/watch/", {"consecutive_steps": "1",
+                                                                         "updates_per_step": "0"})
+    assert refused.status_code == 400 and b"updates_per_step: must be from 1 to 1000000" in refused.content
+
+
+@pytest.mark.django_db
+def test_an_alert_names_the_optimizer_step_of_its_logged_step(tmp_path, settings):
+    world = Watched(tmp_path, settings)  # one budget, 50x at every step
+    WatchRule.objects.create(team=world.team, consecutive_steps=1, updates_per_step=8)
+    run_id = world.start()
+    world.log(run_id, 12, verl_step(12, 60.0))
+    alert = Alert.objects.get(job=run_job(run_id))
+    assert "since step 12 (= 96 optimizer steps at 8 updates per step)" in alert.message

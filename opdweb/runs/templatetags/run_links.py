@@ -6,7 +6,7 @@ from django import template
 
 from opdweb.runs.linking import page_context
 from opdweb.runs.metric_map import MULTIPLE_KEY
-from opdweb.runs.watch import budget_points, first_breach_step
+from opdweb.runs.watch import budget_points, first_breach_step, rule_for
 from opdweb.traces.models import TraceSeries
 from workers.science.kinds import Kind
 
@@ -22,9 +22,10 @@ def run_link_of(job) -> dict:
     link = context.get("run_link")
     if guide is not None and link is not None:
         points = budget_points(link.budget)
-        if len(points) > 1:  # budgets at several calibrated steps: the line between them
-            guide["points"] = points
-            guide["label"] += ", between calibrated steps"
+        if len(points) > 1:  # budgets at several calibrated steps: the line between them, in logged steps
+            updates = rule_for(job).updates_per_step
+            guide["points"] = [(step / updates, value) for step, value in points]
+            guide["label"] += ", between calibrated steps" + (f" ({updates} updates per step)" if updates > 1 else "")
         breached = first_breach_step(job)
         if breached is not None:
             guide["breached_step"] = breached
