@@ -29,7 +29,10 @@ from opdweb.embedded_servers import start_embedded_redis
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 TOY = "tests/science/fixtures/toy-test"  # the shipped test-size pair (tests/science/conftest.py)
-MLFLOW_PYTHON = os.environ.get("OPDWEB_MLFLOW_PYTHON")  # MLflow with its server, in an environment of its own
+#: MLflow with its server, in an environment of its own: the one `make test` installs, else OPDWEB_MLFLOW_PYTHON.
+MLFLOW_SERVER_PYTHON = ROOT / "var" / "mlflow-server" / "bin" / "python"
+MLFLOW_PYTHON = os.environ.get("OPDWEB_MLFLOW_PYTHON") or (str(MLFLOW_SERVER_PYTHON) if MLFLOW_SERVER_PYTHON.is_file()
+                                                           else None)
 CEILING_S = 600  # a generous ceiling for one benchmark on a busy machine, never the expected time
 
 #: Imported by the benchmarks, never run on their own.
@@ -50,7 +53,7 @@ class Smoke:
 
 BROWSER = pytest.mark.browser
 NO_MLFLOW = pytest.mark.skipif(not MLFLOW_PYTHON, reason="needs MLflow's server in an environment of its own: "
-                               "set OPDWEB_MLFLOW_PYTHON to its python (see the script's docstring)")
+                               "make test installs it in var/mlflow-server, or set OPDWEB_MLFLOW_PYTHON to its python")
 SMOKE: dict[str, Smoke] = {
     # The trace store and the pages, on the servers the launcher gives (DATABASE_URL, REDIS_URL).
     "bench_traces.py": Smoke(("--keys", "2", "--steps", "200", "--reps", "1", "--database", "{database}"),
