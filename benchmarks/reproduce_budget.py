@@ -194,15 +194,18 @@ def bracket_text(bracket: list) -> str:
     return f"{low:.3g}x – " + ("-" if high is None else f"{high:.3g}x")
 
 
-def pair_line(r: dict) -> str:
-    """The unit pair every multiple of the results is in, and its k3 on the demo student."""
+def pair_of(r: dict) -> str:
+    """The unit pair every multiple of the results is in, in words."""
     from workers.science.results import unit_pair
 
-    s = r["settings"]
+    return unit_pair(r["settings"]["unit_engine"], r["settings"]["unit_trainer"])
+
+
+def pair_line(r: dict) -> str:
+    """The results' unit pair, and its k3 on the demo student."""
     units = sorted({b["reference_value"] for b in r["budgets"].values() if b.get("reference_value")})
     unit = f" (its k3 on the demo student: {units[0]:.3g} nats/token)" if len(units) == 1 else ""
-    return (f"Every multiple below is of the {unit_pair(s['unit_engine'], s['unit_trainer'])} pair's k3"
-            f"{unit}.")
+    return f"Every multiple below is of the {pair_of(r)} pair's k3{unit}."
 
 
 def status_message(budget: dict) -> str:
@@ -306,10 +309,7 @@ def budget_figure(r: dict) -> tuple[list, dict]:
         traces.append({"x": xs, "y": ys, "name": f"{method} (budget {strict}; paper's {paper})",
                        "mode": "lines+markers", "line": {"color": colour},
                        "error_y": {"type": "data", "array": sd, "visible": True}})
-    from workers.science.results import unit_pair
-
-    pair = unit_pair(r["settings"]["unit_engine"], r["settings"]["unit_trainer"])
-    layout = {"xaxis": {"type": "log", "title": {"text": f"multiple of the {pair} pair's k3 (measured)"}},
+    layout = {"xaxis": {"type": "log", "title": {"text": f"multiple of the {pair_of(r)} pair's k3 (measured)"}},
               "yaxis": {"title": {"text": "held-out accuracy after equal steps (%)"}}, "showlegend": True,
               "title": {"text": "Budget curves on the toy world (mean ± sd over seeds)"}, "margin": {"t": 50},
               "height": 480}

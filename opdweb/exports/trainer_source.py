@@ -4,9 +4,10 @@ verl's package imports Ray (and its trainer modules TransferQueue, vLLM, ...) at
 and its wheel is installed here without its dependencies (``requirements-trainers.txt``):
 the checks it runs at startup are pure functions of its config, so they are taken from the
 installed files as they stand, parsed with :mod:`ast`, and executed in a namespace of their
-own holding only the names the caller gives.  (Compiled with the trainer's own ``__future__`` imports, never
-this module's: string annotations change what a dataclass does.)  Nothing is copied by hand: a check that
-changes in the trainer's source changes here with the pinned wheel."""
+own holding only the names the caller gives, compiled with the trainer's own ``__future__``
+imports, never this module's (string annotations change what a dataclass does).  Nothing is
+copied by hand: a check that changes in the trainer's source changes here with the pinned
+wheel."""
 from __future__ import annotations
 
 import ast

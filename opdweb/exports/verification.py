@@ -47,7 +47,9 @@ def verl_config_dir() -> Path:
     return trainers_dir() / "verl" / "trainer" / "config"
 
 
-def verl_overrides_of(text: str) -> list[str]:
+def override_lines(text: str) -> list[str]:
+    """The ``key=value`` lines of a one-override-per-line export (verl's, SkyRL's): every line
+    but the blank ones and the ``#`` comments."""
     return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
@@ -107,7 +109,7 @@ def check_verl(text: str) -> list[str] | None:
     if not (verl_config_dir() / f"{VERL_CONFIG_NAME}.yaml").is_file():
         return None
     try:
-        cfg = compose_verl(verl_overrides_of(text))
+        cfg = compose_verl(override_lines(text))
     except Exception as exc:  # noqa: BLE001 - Hydra's errors have no common base but Exception
         return [f"verl's config tree refuses the overrides: {type(exc).__name__}: {exc}"]
     try:
@@ -184,7 +186,7 @@ def check_skyrl(text: str) -> list[str] | None:
     if not (skyrl_dir() / "skyrl" / "train" / "config" / "config.py").is_file():
         return None
     try:
-        cfg = skyrl_source.check(skyrl_dir(), [line for line in text.splitlines() if line and not line.startswith("#")])
+        cfg = skyrl_source.check(skyrl_dir(), override_lines(text))
     except skyrl_source.SkyRLRefuses as refused:
         return [f"SkyRL's config code refuses the overrides: {refused}"]
     engine = cfg.generator.inference_engine

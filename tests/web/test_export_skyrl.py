@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from opdweb.exports import FORMATS, render
 from opdweb.exports.skyrl_source import SkyRLRefuses, check, ppo_names
 from opdweb.exports.trainer_source import definitions
-from opdweb.exports.verification import skyrl_dir
+from opdweb.exports.verification import override_lines, skyrl_dir
 from opdweb.rollouts.canonical import canonical_rollout
 from tests.dependencies import needs_pinned_vllm, needs_skyrl
 from tests.web.test_export_loaders import FACTS, MATRIX, PROVENANCE, export_or_refusal
@@ -21,7 +21,7 @@ pytestmark = needs_skyrl
 
 def skyrl_config(partial: dict):
     text = render(FORMATS["skyrl"], canonical_rollout(partial), PROVENANCE, FACTS)
-    return check(skyrl_dir(), [line for line in text.splitlines() if line and not line.startswith("#")])
+    return check(skyrl_dir(), override_lines(text))
 
 
 @needs_pinned_vllm
