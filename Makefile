@@ -83,10 +83,10 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 test: lint browser $(MLFLOW_SERVER_STAMP)
-	$(PY) -m opdweb.launcher test -q --durations=30 --junitxml=test-artifacts/junit.xml
+	$(PY) -m opdweb.launcher test -n 2 --dist loadfile -q --durations=30 --junitxml=test-artifacts/junit.xml
 
 test-fast: lint
-	$(PY) -m opdweb.launcher test -q -m "$(FAST)"
+	$(PY) -m opdweb.launcher test -n 2 --dist loadfile -q -m "$(FAST)"
 
 bench: $(STAMP)
 	$(PY) -m opdweb.launcher exec $(PY) benchmarks/bench_traces.py

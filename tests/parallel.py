@@ -1,0 +1,47 @@
+"""`make test` runs the suite on two pytest-xdist workers (``-n 2 --dist loadfile``): while
+one worker waits on its Celery worker, daphne or Chromium, the other uses the CPU.
+
+Loaded with ``-p tests.parallel`` (``pyproject.toml``), so it runs before pytest-django
+imports the settings. Each worker gets what a deployment of its own would have:
+
+- its own test database (pytest-django adds ``_gw<n>`` to the name);
+- its own Redis database, and with it its own channel prefix (``opdweb.deployment.channel_prefix``
+  names the Redis database), since a session-wide fixture flushes it and pub/sub channels
+  are shared between Redis databases;
+- its own data directory (job run folders are named by job id, which each test database
+  counts from 1; the toy pair is copied there).
+
+Outside xdist, and in xdist's controller, nothing changes."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+REDIS_DATABASES = 16  # Redis's default `databases`
+
+
+def worker_redis_url(url: str, worker: int) -> str:
+    """The base URL's database moved by ``worker``, kept within Redis's 16 databases."""
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    number = base + worker if base + worker < REDIS_DATABASES else base - worker
+    return urlunsplit(parts._replace(path=f"/{number}"))
+
+
+def worker_number() -> int | None:
+    name = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... set before pytest starts there
+    return int(name.removeprefix("gw")) if name else None
+
+
+def configure_worker() -> None:
+    worker = worker_number()
+    if worker is None:
+        return
+    if os.environ.get("REDIS_URL"):
+        os.environ["REDIS_URL"] = worker_redis_url(os.environ["REDIS_URL"], worker)
+    data = Path(os.environ.get("OPDWEB_DATA_DIR", Path(__file__).resolve().parents[1] / "var"))
+    os.environ["OPDWEB_DATA_DIR"] = str(data / f"test-gw{worker}")
+
+
+configure_worker()
