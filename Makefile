@@ -12,6 +12,9 @@ VLLM_STAMP := $(VENV)/.installed-vllm
 ARCH := $(shell uname -m)
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
 FAST := not browser and not fuzz and not faults and not slow
+# What `make test` installs comes from three places that do not wait on each other (the
+# product's venv, MLflow's server venv, Debian's Chromium): build them side by side.
+MAKEFLAGS += --jobs=3
 
 .PHONY: run test test-fast lint browser bench lock clean vllm gemma
 

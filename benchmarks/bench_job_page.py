@@ -18,6 +18,7 @@ import argparse
 import tempfile
 import time
 
+import figures
 import numpy as np
 from harness import bench_database, daphne, load, make_job, percentile, team_and_user
 
@@ -83,6 +84,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--returning", type=int, default=3, help="visits after the second, per repetition")
     parser.add_argument("--database", default="opdweb_bench")
+    parser.add_argument("--record", action="store_true", help="store the README row (docs/benchmarks/figures.json)")
     args = parser.parse_args()
     from django.core.management import call_command
     from playwright.sync_api import sync_playwright
@@ -123,6 +125,16 @@ def main() -> int:
         for kind, rows in results.items():
             print(f"  {kind:12s} " + " ".join(f"{percentile([r[3][name] for r in rows], 50):15.0f}" for name in STAGES))
         print(f"  (load average at the end: {load()})")
+    if args.record:
+        def first_chart(kind: str) -> float:
+            return percentile([row[0] for row in results[kind]], 95)
+
+        figures.record([{
+            "id": "job-page", "page": "docs/benchmarks/pages.md", "page_title": "pages",
+            "what": f"job page of {args.keys} keys × {args.steps:,} points in Chromium, first chart drawn, "
+                    f"{args.reps} fresh profiles: cold / returning",
+            "latest": f"p95 {first_chart('cold'):,.0f} ms / {first_chart('returning'):,.0f} ms",
+            "goal": "≤ 1.5 s / ≤ 500 ms"}])
     return 0
 
 

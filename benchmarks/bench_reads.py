@@ -18,6 +18,7 @@ import http.client
 import json
 import time
 
+import figures
 import numpy as np
 from harness import bench_database, daphne, load, make_job, percentile, team_and_user
 
@@ -76,6 +77,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="10000,100000,1000000,5000000")
     parser.add_argument("--reps", type=int, default=60, help="requests per cell")
     parser.add_argument("--database", default="opdweb_bench")
+    parser.add_argument("--record", action="store_true",
+                        help="store the README row (docs/benchmarks/figures.json): 1M points, else the largest")
     args = parser.parse_args()
     from opdweb.traces.queries import downsample
 
@@ -90,6 +93,7 @@ def main() -> int:
         print(f"\nSQL queries per downsampled-read request (in process): "
               f"{queries_per_request(user, jobs[sizes[0]][0].pk)}")
         rng = np.random.default_rng(0)
+        cells = {}
         with daphne() as host:
             conn = http.client.HTTPConnection(host)
             headers = {"Cookie": cookie, "Accept-Encoding": "gzip, deflate"}  # as a browser asks
@@ -122,12 +126,28 @@ def main() -> int:
                         t = time.perf_counter()
                         downsample(series, 1000, lo, hi)
                         local_ms.append((time.perf_counter() - t) * 1000)
+                    cells[n, kind] = http_ms, local_ms
                     print(f"  {n:9,d}  {kind:6s}  {percentile(http_ms, 50):7.1f} ms {percentile(http_ms, 95):7.1f} "
                           f"{max(http_ms):7.1f}   {percentile(local_ms, 50):11.1f} ms {percentile(local_ms, 95):6.1f}"
                           f"   {','.join(map(str, sorted(levels))):5s}  {min(counts)}-{max(counts)}", flush=True)
             conn.close()
             print(f"  (load average at the end: {load()})")
+    if args.record:
+        figures.record([readme_row(cells, 1_000_000 if 1_000_000 in sizes else max(sizes), args.reps)])
     return 0
+
+
+def readme_row(cells: dict, n: int, reps: int) -> dict:
+    def cell(kind: str) -> str:
+        http_ms, local_ms = cells[n, kind]
+        return (f"{percentile(http_ms, 50):.1f} / {percentile(http_ms, 95):.1f} ms "
+                f"(in process {percentile(local_ms, 50):.1f} ms)")
+
+    return {"id": "zoom-read", "page": "docs/benchmarks/traces.md", "page_title": "traces",
+            "what": f"chart read of a {n:,}-point series over HTTP through daphne, 1,000 buckets, {reps} requests "
+                    "each, p50 / p95: whole range / 1 % zoom / 3 % zoom",
+            "latest": " · ".join(cell(kind) for kind in ("whole", "1%", "3%")),
+            "goal": "p95 ≤ 25 ms quiet, ≤ 50 ms loaded"}
 
 
 if __name__ == "__main__":

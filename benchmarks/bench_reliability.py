@@ -47,6 +47,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import figures  # noqa: E402  (no Django)
+
 from opdweb.embedded_servers import free_port, reachable, start_embedded_redis  # noqa: E402  (no Django)
 from opdweb.supervisor import Supervisor  # noqa: E402
 
@@ -674,6 +676,15 @@ def scenario_websockets(stack: Stack, team, user, cookie: str, jobs: int, client
             "all_succeeded": states == [JobState.SUCCEEDED], "load_at_start": load_at_start}
 
 
+def fan_out_row(ws: dict) -> dict:
+    return {"id": "fan-out", "page": "docs/reliability.md", "page_title": "reliability",
+            "what": f"live latency, {ws['jobs']} jobs logging at once × {ws['clients'] // ws['jobs']} websocket "
+                    "clients each (every message acknowledged, as the page does)",
+            "latest": f"p95 {ws['p95_ms']:.0f} ms (p50 {ws['p50_ms']:.0f} ms, max {ws['max_ms']:.0f} ms); "
+                      f"{ws['missing']} missing, {ws['duplicated']} duplicated of {ws['delivered']:,} delivered",
+            "goal": "p95 ≤ 100 ms quiet, ≤ 250 ms loaded"}
+
+
 # ---------------------------------------------------------------- 4. + 5. the two test modules
 
 def scenario_tests(fuzz_examples: int) -> dict:
@@ -793,6 +804,8 @@ def main() -> int:
     parser.add_argument("--soak-seconds", type=float, default=600.0,
                         help="how long the soak's run logs (ten minutes by default)")
     parser.add_argument("--soak-rate", type=int, default=1000, help="the soak run's points per second")
+    parser.add_argument("--record", action="store_true",
+                        help="store the README row of the websocket scenario (docs/benchmarks/figures.json)")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the started processes' logs (their folder is printed on failure)")
     parser.add_argument("--redis-child", help=argparse.SUPPRESS)
@@ -857,6 +870,8 @@ def main() -> int:
         shut_down_redis(redis_server)
     print(f"\n{table(results)}\n")
     print(f"({time.monotonic() - started:.0f} s; load average at the end: {load()})")
+    if args.record and "ws" in results:
+        figures.record([fan_out_row(results["ws"])])
     if args.keep_logs:
         print(f"(processes' logs in {tmp})")
     else:

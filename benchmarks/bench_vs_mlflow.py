@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
+import figures
 import numpy as np
 from bench_reads import loss_curve, windows  # noqa: E402  (after harness: Django is set up)
 from bench_reads import url as downsampled_url  # noqa: E402
@@ -145,6 +146,7 @@ def main() -> int:
     parser.add_argument("--read-points", type=int, default=1_000_000, help="points of the series chart reads read")
     parser.add_argument("--read-reps", type=int, default=30, help="chart-read requests per cell and store")
     parser.add_argument("--database", default="opdweb_bench")
+    parser.add_argument("--record", action="store_true", help="store the README row (docs/benchmarks/figures.json)")
     args = parser.parse_args()
     version = mlflow_version(args.mlflow_python)
     if version is None:
@@ -234,7 +236,28 @@ def main() -> int:
         print(ratio_line(f"export {n:,} points", exports["opdweb"], exports["mlflow"]))
         for kind, times in reads.items():
             print(ratio_line(f"chart read, {args.read_points:,} pts, {kind}", times["opdweb"], times["mlflow"], "ms"))
+    if args.record:
+        figures.record([readme_row(version, n, ours, theirs, exports, reads, args.read_points)])
     return 0
+
+
+def readme_row(version: str, n: int, ingest: dict, ingest_mlflow: dict, exports: dict, reads: dict,
+               read_points: int) -> dict:
+    def ratio(ours: list[float], theirs: list[float]) -> str:
+        return f"{percentile(theirs, 50) / percentile(ours, 50):,.1f}x"
+
+    def read(kind: str) -> str:
+        ours, theirs = reads[kind]["opdweb"], reads[kind]["mlflow"]
+        return (f"{ratio(ours, theirs)} (p95 {percentile(ours, 95) * 1000:,.1f} ms against "
+                f"{percentile(theirs, 95) * 1000:,.1f} ms)")
+
+    return {"id": "vs-mlflow", "page": "docs/benchmarks/traces.md", "page_title": "traces",
+            "what": f"against MLflow {version} on the same PostgreSQL, one run, MLflow's time over opdweb's (medians): "
+                    f"ingest of {n:,} points / their export over HTTP / chart read of {read_points:,} points, "
+                    "whole range / 1 % zoom",
+            "latest": f"{ratio(ingest, ingest_mlflow)} / {ratio(exports['opdweb'], exports['mlflow'])} / "
+                      f"{read('whole')} / {read('1%')}",
+            "goal": "reads p95 ≤ 50 ms; zoom ≥ 3x"}
 
 
 if __name__ == "__main__":

@@ -284,15 +284,32 @@ def object_store_child(data_dir: Path, listen: str = "127.0.0.1", s3_port: int |
            "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": STORE_REGION}
     logs = store_dir / "logs"  # weed writes its own log files to $TMPDIR: keep them with its data
     logs.mkdir(exist_ok=True)
-    # Its parts also talk over Unix sockets, /tmp/seaweedfs-<part>-<port>.sock (a fixed place):
-    # a store killed -9 leaves them behind, and a new one trips on them, so each start removes
-    # the ones of its own ports first.
-    stale = " ".join(f"/tmp/seaweedfs-*-{port}.sock" for port in ports)
-    command = ["sh", "-c", f'rm -f {stale} && exec "$@"', "weed", *command]
+    # Its parts also talk over Unix sockets, /tmp/seaweedfs-<part>-<port>.sock (a fixed place)
+    # that it leaves behind when it stops, and a new one trips on them: the shell around it
+    # removes the ones of its own ports before it starts and after it stops (asked to stop,
+    # the shell passes the signal on and waits); after a kill -9 of the whole group, the next
+    # start or :func:`remove_object_store_sockets` does.
+    sockets = " ".join(object_store_socket_patterns(ports))
+    command = ["sh", "-c", f'rm -f {sockets}; "$@" & store=$!; trap \'kill -TERM $store 2>/dev/null\' TERM INT; '
+                           f'wait $store; status=$?; wait $store 2>/dev/null; rm -f {sockets}; exit $status',
+               "weed", *command]
     # One volume per new bucket, not seven: a small disk holds many buckets.
     env_of_store = {**os.environ, "TMPDIR": str(logs), "WEED_MASTER_VOLUME_GROWTH_COPY_1": "1"}
     return Child("object store", command, env_of_store, store_dir,
                  log_path=store_dir / "server.log"), env
+
+
+def object_store_socket_patterns(ports: list[int]) -> list[str]:
+    return [f"/tmp/seaweedfs-*-{port}.sock" for port in ports]
+
+
+def remove_object_store_sockets(data_dir: Path) -> None:
+    """The Unix sockets of the store on ``data_dir``'s ports, after it was killed -9."""
+    port_file = data_dir / "seaweedfs" / "ports"
+    if port_file.is_file():
+        for pattern in object_store_socket_patterns([int(p) for p in port_file.read_text().split()]):
+            for path in Path("/tmp").glob(Path(pattern).name):
+                path.unlink(missing_ok=True)
 
 
 def start_embedded_object_store(data_dir: Path, listen: str = "127.0.0.1", s3_port: int | None = None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from opdweb.embedded_servers import _start_and_wait, start_embedded_object_store
+from opdweb.embedded_servers import _start_and_wait, remove_object_store_sockets, start_embedded_object_store
 from opdweb.supervisor import Child
 from workers.science.checkpoints import s3
 
@@ -52,10 +52,12 @@ def _answers(env: dict[str, str]) -> bool:
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    env, child = start_embedded_object_store(tmp_path_factory.mktemp("s3-store"))
+    data_dir = tmp_path_factory.mktemp("s3-store")
+    env, child = start_embedded_object_store(data_dir)
     server = S3Server(env, child)
     yield server
     server.kill()  # a graceful stop waits 15 s on its filer's streams; its data is thrown away anyway
+    remove_object_store_sockets(data_dir)
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ MLFLOW_PYTHON = os.environ.get("OPDWEB_MLFLOW_PYTHON") or (str(MLFLOW_SERVER_PYT
 CEILING_S = 600  # a generous ceiling for one benchmark on a busy machine, never the expected time
 
 #: Imported by the benchmarks, never run on their own.
-HELPERS = {"__init__.py", "harness.py", "mlflow_side.py", "plotly_png.py"}
+HELPERS = {"__init__.py", "figures.py", "harness.py", "mlflow_side.py", "plotly_png.py"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,104 @@
+"""The README's "Current figures" table, written from what the benchmarks recorded.
+
+A benchmark run with ``--record`` (at its full size: the smoke sizes `make test` runs never
+record) stores its rows in ``docs/benchmarks/figures.json``: what was measured, the figure,
+the goal, the docs page, the command that ran it, the 1-minute load average when it started
+and when it ended, the date and the commit. Then
+
+    python benchmarks/figures.py
+
+rewrites the table in README.md from that file (`tests/architecture/test_committed_figures.py`
+fails while the two differ). A row with ``"by": "hand"`` is one whose benchmark does not
+record yet: its figures were copied from its docs page, and the table says so.
+
+No Django here: the README is written without a database.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIGURES = ROOT / "docs" / "benchmarks" / "figures.json"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- figures: written by benchmarks/figures.py from docs/benchmarks/figures.json -->", "<!-- /figures -->"
+#: The 1-minute load average when the benchmark started (it imports this module first thing).
+LOAD_AT_START = os.getloadavg()[0]
+
+
+def load_figures(path: Path = FIGURES) -> list[dict]:
+    return json.loads(path.read_text())["rows"]
+
+
+def commit() -> str:
+    """This checkout's commit, ``+changes`` where files differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short=7", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def command() -> str:
+    """How this benchmark was run, as the docs give it."""
+    script = Path(sys.argv[0]).resolve()
+    shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script
+    return " ".join([f"python -m opdweb.launcher exec -- .venv/bin/python {shown}", *sys.argv[1:]])
+
+
+def record(rows: list[dict], path: Path = FIGURES) -> None:
+    """Store ``rows`` (each with ``id``, ``what``, ``latest``, ``goal``, ``page`` and ``page_title``) as this
+    run measured them: a row already there is replaced in place, a new one added at the end."""
+    stamp = {"by": "benchmark", "command": command(), "commit": commit(),
+             "date": datetime.date.today().isoformat(),
+             "load": f"{LOAD_AT_START:.1f} → {os.getloadavg()[0]:.1f}"}
+    table = load_figures(path)
+    for row in rows:
+        missing = {"id", "what", "latest", "goal", "page", "page_title"} - row.keys()
+        if missing:
+            raise ValueError(f"row {row.get('id')!r} lacks {sorted(missing)}")
+        new = {**row, **stamp}
+        at = next((i for i, old in enumerate(table) if old["id"] == row["id"]), None)
+        if at is None:
+            table.append(new)
+        else:
+            table[at] = new
+    path.write_text(json.dumps({"rows": table}, indent=1, ensure_ascii=False) + "\n")
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    print(f"recorded {', '.join(row['id'] for row in rows)} in {shown}; "
+          "python benchmarks/figures.py writes them into README.md")
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| what | latest | goal | load average (start → end) | when | page |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        if row["by"] == "benchmark":
+            when = f"{row['date']}, `{row['commit']}`"
+        else:
+            when = "copied by hand from its page"
+        lines.append("| " + " | ".join(cell(x) for x in (row["what"], row["latest"], row["goal"], row["load"], when))
+                     + f" | [{row['page_title']}]({row['page']}) |")
+    return "\n".join(lines)
+
+
+def readme_with_table(readme: str, rows: list[dict]) -> str:
+    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
+    return readme[:start] + "\n" + table(rows) + "\n" + readme[end:]
+
+
+def main() -> int:
+    README.write_text(readme_with_table(README.read_text(), load_figures()))
+    print(f"README.md: {len(load_figures())} rows from {FIGURES.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
