@@ -35,12 +35,15 @@ def load_figures(path: Path = FIGURES) -> list[dict]:
 
 
 def commit() -> str:
-    """This checkout's commit, ``+changes`` where files differ from it."""
+    """This checkout's commit, ``+changes`` where tracked files differ from it (other than the
+    figures and the README, which the benchmarks run one after another change)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
     head = git("rev-parse", "--short=7", "HEAD") or "unknown"
-    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                  f":!{FIGURES.relative_to(ROOT)}", f":!{README.relative_to(ROOT)}")
+    return head + ("+changes" if changed else "")
 
 
 def command() -> str:
