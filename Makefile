@@ -15,6 +15,8 @@ FAST := not browser and not fuzz and not faults and not slow
 # What `make test` installs comes from three places that do not wait on each other (the
 # product's venv, MLflow's server venv, Debian's Chromium): build them side by side.
 MAKEFLAGS += --jobs=3
+# Two pytest workers, whole modules each (tests/parallel.py keeps them apart).
+WORKERS := -n 2 --dist loadfile
 
 .PHONY: run test test-fast lint browser bench lock clean vllm gemma
 
@@ -86,10 +88,10 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 test: lint browser $(MLFLOW_SERVER_STAMP)
-	$(PY) -m opdweb.launcher test -n 2 --dist loadfile -q --durations=30 --junitxml=test-artifacts/junit.xml
+	$(PY) -m opdweb.launcher test $(WORKERS) -q --durations=30 --junitxml=test-artifacts/junit.xml
 
 test-fast: lint
-	$(PY) -m opdweb.launcher test -n 2 --dist loadfile -q -m "$(FAST)"
+	$(PY) -m opdweb.launcher test $(WORKERS) -q -m "$(FAST)"
 
 bench: $(STAMP)
 	$(PY) -m opdweb.launcher exec $(PY) benchmarks/bench_traces.py

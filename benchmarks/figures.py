@@ -7,7 +7,7 @@ and when it ended, the date and the commit. Then
 
     python benchmarks/figures.py
 
-rewrites the table in README.md from that file (`tests/architecture/test_committed_figures.py`
+rewrites the table in README.md from that file (`tests/architecture/test_readme_figures.py`
 fails while the two differ). A row with ``"by": "hand"`` is one whose benchmark does not
 record yet: its figures were copied from its docs page, and the table says so.
 
@@ -46,11 +46,15 @@ def commit() -> str:
     return head + ("+changes" if changed else "")
 
 
+def shown(path: Path) -> Path:
+    """``path`` as the docs write it: from the checkout's root where it lies inside."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def command() -> str:
     """How this benchmark was run, as the docs give it."""
-    script = Path(sys.argv[0]).resolve()
-    shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script
-    return " ".join([f"python -m opdweb.launcher exec -- .venv/bin/python {shown}", *sys.argv[1:]])
+    return " ".join([f"python -m opdweb.launcher exec -- .venv/bin/python {shown(Path(sys.argv[0]).resolve())}",
+                     *sys.argv[1:]])
 
 
 def record(rows: list[dict], path: Path = FIGURES) -> None:
@@ -71,8 +75,7 @@ def record(rows: list[dict], path: Path = FIGURES) -> None:
         else:
             table[at] = new
     path.write_text(json.dumps({"rows": table}, indent=1, ensure_ascii=False) + "\n")
-    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-    print(f"recorded {', '.join(row['id'] for row in rows)} in {shown}; "
+    print(f"recorded {', '.join(row['id'] for row in rows)} in {shown(path)}; "
           "python benchmarks/figures.py writes them into README.md")
 
 

@@ -15,8 +15,9 @@ Outside xdist, and in xdist's controller, nothing changes."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+from opdweb.launcher import data_dir
 
 REDIS_DATABASES = 16  # Redis's default `databases`
 
@@ -40,8 +41,7 @@ def configure_worker() -> None:
         return
     if os.environ.get("REDIS_URL"):
         os.environ["REDIS_URL"] = worker_redis_url(os.environ["REDIS_URL"], worker)
-    data = Path(os.environ.get("OPDWEB_DATA_DIR", Path(__file__).resolve().parents[1] / "var"))
-    os.environ["OPDWEB_DATA_DIR"] = str(data / f"test-gw{worker}")
+    os.environ["OPDWEB_DATA_DIR"] = str(data_dir() / f"test-gw{worker}")
 
 
 configure_worker()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from benchmarks import figures
 
 ROOT = figures.ROOT
@@ -55,10 +57,6 @@ def test_a_pipe_in_a_figure_does_not_split_its_cell():
 def test_a_row_without_its_page_is_refused(tmp_path):
     path = tmp_path / "figures.json"
     path.write_text(json.dumps({"rows": []}))
-    try:
+    with pytest.raises(ValueError, match="page"):
         figures.record([{"id": "a", "what": "w", "latest": "1", "goal": ""}], path)
-    except ValueError as error:
-        assert "page" in str(error)
-    else:
-        raise AssertionError("a row without its page was stored")
     assert figures.load_figures(path) == []
