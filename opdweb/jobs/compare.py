@@ -101,7 +101,7 @@ def compared_series(jobs: list[Job]) -> dict:
 def series_rows(jobs: list[Job], keys: list[str]) -> list[dict]:
     """For each shared trace key (the first ``MAX_SERIES_ROWS``), each job's last value and
     its min and max over the whole series: read from the coarsest rollup level (a bucket of
-    2^20 steps, so one or a few rows per series, however long).  NaN orders above every
+    2^22 steps, so one or a few rows per series, however long).  NaN orders above every
     number, as in the charts' bands: a series that logged a NaN has the max NaN, which is
     what the reader of a loss wants to see."""
     keys = keys[:MAX_SERIES_ROWS]

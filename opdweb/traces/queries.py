@@ -12,8 +12,8 @@ from opdweb.traces.models import ROLLUP_WIDTHS, TraceSeries
 
 MAX_BUCKETS = 5000
 #: A read may return as few as this share of the buckets asked for, when that lets it read a
-#: coarser level: a 3 % zoom of 1M steps gives 938 buckets of 32 steps from 938 stored rows,
-#: rather than 1,000 buckets of 30 from 30,000 raw points.
+#: coarser level: a 1 % zoom of 1M steps gives 625 buckets of 16 steps from 625 stored rows,
+#: rather than 1,000 buckets of 10 from 10,000 raw points.
 MIN_BUCKET_SHARE = 0.5
 
 
@@ -21,7 +21,7 @@ def choose_level(span: int, n_buckets: int) -> int:
     """The coarsest stored level that still gives ``span`` steps at least
     ``MIN_BUCKET_SHARE * n_buckets`` buckets (0 = raw points).  The next level gives fewer,
     so reading this one costs fewer than ``w(L+1)/w(L) * MIN_BUCKET_SHARE * n_buckets``
-    rows: 4 per bucket asked at a rollup level, 16 from the raw points."""
+    rows: 4 per bucket asked at a rollup level, 8 from the raw points."""
     target = span / (MIN_BUCKET_SHARE * n_buckets)
     level = 0
     while level + 1 < len(ROLLUP_WIDTHS) and ROLLUP_WIDTHS[level + 1] <= target:
@@ -59,7 +59,7 @@ def downsample(series: TraceSeries, n_buckets: int, start: int | None = None, en
     Bucket edges fall on multiples of the bucket width, and the window widens to whole
     buckets, so every min, max and last is exact for the steps its bucket reports: a
     spike anywhere in a bucket shows in that bucket.  PostgreSQL does the bucketing (one
-    GROUP BY over the chosen level's rows, fewer than 32 of them per bucket returned) and
+    GROUP BY over the chosen level's rows, at most 8 of them per bucket returned) and
     writes the buckets as JSON; each is ``[start, end, min, max, last_step, last]``, and with
     ``wall`` the wall time of ``last_step`` after them (for time axes: from the points
     themselves at the raw level, by one primary-key lookup per bucket from a rollup level;

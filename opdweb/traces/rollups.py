@@ -23,7 +23,7 @@ def rollup_columns(sid: np.ndarray, steps: np.ndarray, values: np.ndarray,
     stored level.  Sorted by (series, step) (unless ``presorted``), each level's groups
     are contiguous runs of the level below: level 1 is a ``reduceat`` over the points
     (level 0, one bucket per step), every higher one over the rows of the level below it,
-    which are 1/32 of the points or fewer."""
+    which are 1/16 of the points or fewer."""
     if not presorted:
         order = np.lexsort((steps, sid))
         sid, steps, values = sid[order], steps[order], values[order]

@@ -167,8 +167,9 @@ def test_a_downsampled_read_is_one_query_and_the_endpoint_adds_only_access(clien
     with CaptureQueriesContext(connection) as captured:
         response = client.get(f"/api/jobs/{job.pk}/series/downsampled?key=loss&buckets=100&start=10&end=4000")
     assert response.status_code == 200
-    # 3,991 steps into 100 buckets: level 1 (32 steps), two of its buckets per output one.
-    assert response.json()["bucket_steps"] == 64 and response.json()["buckets"][0][:2] == [0, 63]
+    # 3,991 steps into 100 buckets: level 1 (16 steps; level 2's 128 would give 31
+    # buckets), three of its buckets per output one (two would give 125 > 100).
+    assert response.json()["bucket_steps"] == 48 and response.json()["buckets"][0][:2] == [0, 47]
     assert len(captured) == 5, [q["sql"][:80] for q in captured]
 
 

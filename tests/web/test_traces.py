@@ -80,9 +80,10 @@ def test_the_level_choice_is_the_coarsest_that_gives_at_least_half_the_buckets()
             assert level == 0 or span / ROLLUP_WIDTHS[level] >= n / 2
             if level + 1 < len(ROLLUP_WIDTHS):
                 assert span / ROLLUP_WIDTHS[level + 1] < n / 2
-    # By hand: 30,000 steps into 1,000 buckets read level 1 (937.5 buckets of 32 steps),
-    # 10,000 steps the raw points (level 1 would give only 312).
-    assert (choose_level(30_000, 1000), choose_level(10_000, 1000), choose_level(16_000, 1000)) == (1, 0, 1)
+    # By hand, into 1,000 buckets: 30,000 and 10,000 steps read level 1 (1,875 and 625
+    # buckets of 16 steps; level 2 would give 234 and 78); 7,999 steps the raw points (level 1
+    # would give 499.9, under half); 64,000 steps level 2 (500 buckets of 128 steps).
+    assert [choose_level(span, 1000) for span in (30_000, 10_000, 7_999, 64_000)] == [1, 1, 0, 2]
 
 
 def test_rollups_equal_brute_force_at_every_level(job):
