@@ -7,8 +7,10 @@ in its own job (all in the same tables): ``GET /api/jobs/{id}/series/downsampled
 1,000 buckets (what the job page asks) over the whole range, and over 1 % and 3 % zooms
 at random places, on one keep-alive connection.  Per cell: p50 / p95 / max of the full
 request (send, server, gzip as a browser accepts it, receive, gunzip, JSON decode), the same read in process (``downsample``:
-PostgreSQL and Python only), the rollup level used and the buckets returned; and the
-number of SQL queries one request makes (Django's query log, in process).
+PostgreSQL and Python only), the floor (the one statement that read runs, timed by
+PostgreSQL itself: ``EXPLAIN ANALYZE``'s planning and execution time, no network, no
+Python) and the HTTP p50 as a multiple of it, the rollup level used and the buckets
+returned; and the number of SQL queries one request makes (Django's query log, in process).
 """  # noqa: E501
 from __future__ import annotations
 
@@ -80,7 +82,7 @@ def main() -> int:
     parser.add_argument("--record", action="store_true",
                         help="store the README row (docs/benchmarks/figures.json): 1M points, else the largest")
     args = parser.parse_args()
-    from opdweb.traces.queries import downsample
+    from opdweb.traces.queries import downsample, read_plan
 
     sizes = [int(s) for s in args.sizes.split(",")]
     with bench_database(args.database):
@@ -101,7 +103,7 @@ def main() -> int:
                   f"{args.reps} "
                   "requests per cell; in process = downsample() alone:")
             print(f"  {'points':>9s}  {'window':6s}  {'HTTP p50':>9s} {'p95':>7s} {'max':>7s}"
-                  f"   {'in process p50':>14s} {'p95':>6s}"
+                  f"   {'in process p50':>14s} {'p95':>6s}   {'floor p50':>9s}  {'HTTP/floor':>10s}"
                   "   level  buckets")
             for n in sizes:
                 job, series = jobs[n]
@@ -110,7 +112,7 @@ def main() -> int:
                     for lo, hi in ws[:3]:  # warm the connection and the cache
                         conn.request("GET", url(job.pk, lo, hi), headers=headers)
                         conn.getresponse().read()
-                    http_ms, local_ms, levels, counts = [], [], set(), []
+                    http_ms, local_ms, floor_ms, levels, counts = [], [], [], set(), []
                     for lo, hi in ws:
                         t = time.perf_counter()
                         conn.request("GET", url(job.pk, lo, hi), headers=headers)
@@ -126,9 +128,12 @@ def main() -> int:
                         t = time.perf_counter()
                         downsample(series, 1000, lo, hi)
                         local_ms.append((time.perf_counter() - t) * 1000)
-                    cells[n, kind] = http_ms, local_ms
+                        floor_ms.append(in_postgres_ms(read_plan(series, 1000, lo, hi)))
+                    cells[n, kind] = http_ms, local_ms, floor_ms
+                    floor = percentile(floor_ms, 50)
                     print(f"  {n:9,d}  {kind:6s}  {percentile(http_ms, 50):7.1f} ms {percentile(http_ms, 95):7.1f} "
                           f"{max(http_ms):7.1f}   {percentile(local_ms, 50):11.1f} ms {percentile(local_ms, 95):6.1f}"
+                          f"   {floor:6.2f} ms  {percentile(http_ms, 50) / floor:9.1f}x"
                           f"   {','.join(map(str, sorted(levels))):5s}  {min(counts)}-{max(counts)}", flush=True)
             conn.close()
             print(f"  (load average at the end: {load()})")
@@ -137,11 +142,23 @@ def main() -> int:
     return 0
 
 
+def in_postgres_ms(plan) -> float:
+    """What PostgreSQL itself spends on a read's statement (planning and execution, as
+    ``EXPLAIN ANALYZE`` times them without per-node timing): the floor under any read."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + plan.sql, plan.params)
+        report = cursor.fetchone()[0]
+    report = report[0] if isinstance(report, list) else json.loads(report)[0]
+    return report["Planning Time"] + report["Execution Time"]
+
+
 def readme_row(cells: dict, n: int, reps: int) -> dict:
     def cell(kind: str) -> str:
-        http_ms, local_ms = cells[n, kind]
+        http_ms, local_ms, floor_ms = cells[n, kind]
         return (f"{percentile(http_ms, 50):.1f} / {percentile(http_ms, 95):.1f} ms "
-                f"(in process {percentile(local_ms, 50):.1f} ms)")
+                f"(in process {percentile(local_ms, 50):.1f} ms, SQL alone {percentile(floor_ms, 50):.1f} ms)")
 
     return {"id": "zoom-read", "page": "docs/benchmarks/traces.md", "page_title": "traces",
             "what": f"chart read of a {n:,}-point series over HTTP through daphne, 1,000 buckets, {reps} requests "

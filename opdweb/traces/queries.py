@@ -65,22 +65,43 @@ def downsample(series: TraceSeries, n_buckets: int, start: int | None = None, en
     themselves at the raw level, by one primary-key lookup per bucket from a rollup level;
     a few ms per read, so only when asked).
     """
+    plan = read_plan(series, n_buckets, start, end, wall)
+    if plan is None:
+        return Downsampled(series.key, 0, 1, "[]")
+    with connection.cursor() as cursor:
+        cursor.execute(plan.sql, plan.params)
+        buckets_json = cursor.fetchone()[0]
+    return Downsampled(series.key, plan.level, plan.bucket_steps, buckets_json)
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """The one statement a downsampled read runs: its level, output bucket width, SQL and
+    parameters (benchmarks/bench_reads.py times it alone in PostgreSQL, the reads' floor)."""
+
+    level: int
+    bucket_steps: int
+    sql: str
+    params: dict
+
+
+def read_plan(series: TraceSeries, n_buckets: int, start: int | None = None, end: int | None = None,
+              wall: bool = False) -> ReadPlan | None:
+    """What :func:`downsample` runs for these arguments; None for an empty window."""
     n_buckets = max(1, min(int(n_buckets), MAX_BUCKETS))
     lo = series.first_step if start is None else max(int(start), series.first_step)
     hi = series.last_step if end is None else min(int(end), series.last_step)
     if hi < lo:
-        return Downsampled(series.key, 0, 1, "[]")
+        return None
     level, out_width = bucket_width(hi - lo + 1, n_buckets, lo, hi)
     lo, hi = lo // out_width * out_width, (hi // out_width + 1) * out_width - 1
-    with connection.cursor() as cursor:
-        if level == 0:
-            cursor.execute(_JSON_QUERIES["raw", wall], {"w": out_width, "series": series.pk, "lo": lo, "hi": hi})
-        else:
-            width = ROLLUP_WIDTHS[level]
-            cursor.execute(_JSON_QUERIES["rollup", wall], {"w": out_width, "k": out_width // width, "series": series.pk,
-                                                           "level": level, "lo": lo // width, "hi": hi // width})
-        buckets_json = cursor.fetchone()[0]
-    return Downsampled(series.key, level, out_width, buckets_json)
+    if level == 0:
+        return ReadPlan(0, out_width, _JSON_QUERIES["raw", wall],
+                        {"w": out_width, "series": series.pk, "lo": lo, "hi": hi})
+    width = ROLLUP_WIDTHS[level]
+    return ReadPlan(level, out_width, _JSON_QUERIES["rollup", wall],
+                    {"w": out_width, "k": out_width // width, "series": series.pk, "level": level,
+                     "lo": lo // width, "hi": hi // width})
 
 
 def bucket_width(span: int, n_buckets: int, lo: int, hi: int) -> tuple[int, int]:
