@@ -13,6 +13,7 @@ preflight, the checkpoint's content hash, the measurement with its bootstrap CI,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -20,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import figures
 
 os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,6 +36,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--config", default="weights: fp8_e4m3\nweight_scale: channel\nkv_cache: fp8_e4m3\n")
+    ap.add_argument("--record", action="store_true", help="store the README row (docs/benchmarks/figures.json)")
     args = ap.parse_args()
 
     import torch
@@ -94,6 +98,13 @@ def main() -> int:
         "warm_s": round(med(warm), 3), "warm_with_drift_s": round(med(warm_drift), 3), "cold_s": round(med(cold), 3),
         "warm_over_floor": round(med(warm) / floor, 3), "warm_with_drift_over_floor": round(med(warm_drift) / floor, 3),
         "cold_over_floor": round(med(cold) / floor, 3), "repeats": args.repeats}, indent=1))
+    if args.record:
+        tokens = round(report["tokens"] / args.prompts, 1)  # per response
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON result only
+            figures.record([{
+                "id": "admission-overhead", "page": "docs/benchmarks/admission.md", "page_title": "admission",
+                "what": f"admission check over its floor, {tokens:g}-token responses",
+                "latest": f"{med(warm) / floor:.2f}x", "goal": "≤ 1.15x"}])
     return 0
 
 

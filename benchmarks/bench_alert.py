@@ -24,6 +24,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import figures
 from harness import ROOT, bench_database, child_env, daphne, load, percentile, team_and_user
 
 SECRET = "bench-secret-of-sixteen-plus"
@@ -93,6 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--crossings", type=int, default=50)
     parser.add_argument("--database", default="opdweb_bench_alert")
+    parser.add_argument("--record", action="store_true", help="store the README row (docs/benchmarks/figures.json)")
     args = parser.parse_args()
     receiver = Receiver()
     # daphne and the worker take these from the environment: plain http to this loopback receiver
@@ -130,6 +132,13 @@ def main() -> None:
     ms = [1000 * x for x in latencies]
     print(f"point -> webhook receiver, {len(ms)} crossings (signatures bad: {receiver.bad}): "
           f"p50 {percentile(ms, 50):.0f} ms, p95 {percentile(ms, 95):.0f} ms, max {max(ms):.0f} ms; load {load()}")
+    if args.record:
+        figures.record([{
+            "id": "alert", "page": "docs/tracking.md#watching-a-run-against-its-budget-opdwebrunswatchpy",
+            "page_title": "tracking",
+            "what": "watched run: logged point (MLflow path, daphne) → signed alert at the webhook receiver "
+                    f"(real worker), {len(ms)} crossings",
+            "latest": f"p95 {percentile(ms, 95):.0f} ms (p50 {percentile(ms, 50):.0f} ms)", "goal": "≤ 1 s"}])
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import figures
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -47,6 +49,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="var/models/smollm2-135m-instruct")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--record", action="store_true", help="store the README row (docs/benchmarks/figures.json)")
     args = parser.parse_args()
     model = Path(args.model)
     if not (model / "config.json").is_file():
@@ -93,6 +96,14 @@ def main() -> int:
         median = statistics.median(values)
         rate = f"{size / 2**20 / median:.0f}" if median > 0.01 else "(no bytes move)"
         print(f"| {name} | {median * 1000:.1f} | {rate} | {median / copy:.2f} |")
+    if args.record:
+        cold = statistics.median(times["cold fetch (S3 -> cache, verified)"])
+        warm = statistics.median(times["warm (held in the cache)"])
+        figures.record([{
+            "id": "checkpoint-fetch", "page": "docs/benchmarks/checkpoint-fetch.md", "page_title": "checkpoint-fetch",
+            "what": f"checkpoint fetch, {model.name} ({size / 2**20:.1f} MiB) from the embedded S3 store into a "
+                    "worker's cache: cold (verified) / warm / plain copy on the same disk",
+            "latest": f"{cold:.2f} s / {warm * 1000:.1f} ms / {copy:.2f} s", "goal": ""}])
     return 0
 
 

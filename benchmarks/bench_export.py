@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 
+import figures
 from bench_reliability import rss_mb
 from harness import ROOT, bench_database, child_env, load, team_and_user
 
@@ -85,6 +86,7 @@ def main() -> int:
     parser.add_argument("--points", type=int, default=1_000_000)
     parser.add_argument("--stall", type=float, default=20.0)
     parser.add_argument("--reps", type=int, default=3, help="fast reads per server (median kept)")
+    parser.add_argument("--record", action="store_true", help="store the README row (docs/benchmarks/figures.json)")
     args = parser.parse_args()
     started = time.monotonic()
     with bench_database(args.database):
@@ -136,7 +138,22 @@ def main() -> int:
     print(f"\n({time.monotonic() - started:.0f} s; load average at the end: {load()})")
     ok = all(r["status"] == 200 and r["rows"] == args.points and not r["wrong"] for runs in results.values()
              for r in runs)
+    if args.record and ok:
+        figures.record([readme_row(results, args.points, args.stall)])
     return 0 if ok else 1
+
+
+def readme_row(results: dict, points: int, stall: float) -> dict:
+    fast = statistics.median(r["seconds"] for r in results["as fast as it can", "opdweb.web_server"])
+
+    def grew(name: str) -> str:
+        r = results[f"stalls {stall:g} s after 1 MB", name][0]
+        return f"+{r['rss_peak_mb'] - r['rss_before_mb']:.0f} MB"
+
+    return {"id": "csv-export", "page": "docs/traces.md", "page_title": "traces",
+            "what": f"{points / 1e6:g}M-point CSV export over HTTP: fast reader / reader stalled {stall:g} s",
+            "latest": f"{fast:.2f} s / server {grew('opdweb.web_server')} (daphne alone {grew('daphne 4.2 alone')})",
+            "goal": ""}
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import figures
 from harness import ROOT, bench_database, child_env, daphne, database_url, load, make_job, team_and_user
 
 SINK = """
@@ -171,6 +172,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--mlflow-python", help="a Python with mlflow (and psycopg2) installed, for MLflow's server")
     parser.add_argument("--native-only", action="store_true", help="the sink and the native client only")
+    parser.add_argument("--record", action="store_true",
+                        help="store the README row (docs/benchmarks/figures.json); not with --native-only")
     args = parser.parse_args()
     n = args.keys * args.steps
     started = time.monotonic()
@@ -216,17 +219,33 @@ def main() -> int:
                                                     "MLFLOW_TRACKING_TOKEN": ""})
                 seconds[paths[4]].append(answer["seconds"])
                 counts[paths[4]].append(stored_by_mlflow(their_database, answer["run"]))
-    sink_rate = n / statistics.median(seconds["sink"])
+    rates = {name: n / statistics.median(times) for name, times in seconds.items()}
+    sink_rate = rates["sink"]
     print(f"| path | points/s (median of {args.reps}) | of the sink's rate | stored (distinct) |")
     print("|---|---|---|---|")
-    for name, times in seconds.items():
-        rate = n / statistics.median(times)
+    for name, rate in rates.items():
         answered_only = name == "MLflow client, to a server that answers at once"
         stored_text = "nothing stored" if answered_only else ", ".join(f"{c:,} ({d:,})" for c, d in counts[name])
         print(f"| {name} | {rate:,.0f} | {rate / sink_rate:.0%} | {stored_text} |")
     print(f"\n({args.keys} keys × {args.steps:,} steps = {n:,} points each; {time.monotonic() - started:.0f} s; "
           f"load average at the end: {load()})")
-    return 0 if all(c == (n, n) for runs in counts.values() for c in runs) else 1
+    ok = all(c == (n, n) for runs in counts.values() for c in runs)
+    if args.record and ok and not args.native_only:
+        figures.record([readme_row(rates)])
+    return 0 if ok else 1
+
+
+def readme_row(rates: dict[str, float]) -> dict:
+    native, mlflow, sink = rates["native client"], rates["MLflow client"], rates["sink"]
+    nothing = rates["MLflow client, to a server that answers at once"]
+    theirs = rates.get("MLflow client, to MLflow's own server")
+    own = f"; MLflow's own server: {theirs:,.0f}" if theirs is not None else ""
+    return {"id": "points-per-second", "page": "docs/tracking.md", "page_title": "tracking",
+            "what": "points/s into a run: native client / official MLflow client / the sink itself",
+            "latest": f"{native:,.0f} / {mlflow:,.0f} / {sink:,.0f} ({100 * native / sink:.0f} % / "
+                      f"{100 * mlflow / sink:.0f} %; the MLflow client alone, to a server doing nothing: "
+                      f"{nothing:,.0f}{own})",
+            "goal": "≥ 50 % of the sink"}
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 
+import figures
 from harness import ROOT, bench_database, child_env, daphne, load, team_and_user
 
 WANDB = """
@@ -70,6 +71,7 @@ def main() -> int:
     parser.add_argument("--keys", type=int, default=10)
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--record", action="store_true", help="store the README row (docs/benchmarks/figures.json)")
     args = parser.parse_args()
     n = args.keys * args.steps
     shape = [str(args.keys), str(args.steps)]
@@ -106,7 +108,15 @@ def main() -> int:
         kept = ", ".join(f"{c:,} ({d:,})" for c, d in counts) if name == "into the product" else "on disk"
         print(f"| {name} | {rate:,.0f} | {rate / ceiling:.0%} | {calls:,.0f} | {kept} |")
     print(f"\n({time.monotonic() - started:.0f} s; load average at the end: {load()})")
-    return 0 if all(c == (n, n) for c in counts) else 1
+    ok = all(c == (n, n) for c in counts)
+    if args.record and ok:
+        into = n / statistics.median(r["seconds"] for r in results["into the product"])
+        figures.record([{
+            "id": "wandb-points", "page": "docs/tracking.md#points-per-second-from-wandblog", "page_title": "tracking",
+            "what": f"points/s from `wandb.log` (wandb {wandb.__version__}) into the product / the same client "
+                    "offline (its ceiling)",
+            "latest": f"{into:,.0f} / {ceiling:,.0f} ({100 * into / ceiling:.0f} %)", "goal": ""}])
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -52,9 +53,9 @@ def shown(path: Path) -> Path:
 
 
 def command() -> str:
-    """How this benchmark was run, as the docs give it."""
+    """How this benchmark was run, as the docs give it (arguments quoted where a shell needs it)."""
     return " ".join([f"python -m opdweb.launcher exec -- .venv/bin/python {shown(Path(sys.argv[0]).resolve())}",
-                     *sys.argv[1:]])
+                     *map(shlex.quote, sys.argv[1:])])
 
 
 def record(rows: list[dict], path: Path = FIGURES) -> None:
