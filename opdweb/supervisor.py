@@ -12,6 +12,7 @@ No Django here: the launcher runs this before any settings exist.
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import signal
 import subprocess
@@ -49,7 +50,9 @@ class CrashLoop(RuntimeError):
 class Child:
     """One supervised process.  ``user``: run it as that account (the embedded PostgreSQL,
     which refuses root); ``log_path``: its output appended there (else inherited);
-    ``stop_signal``: what asks it to stop (PostgreSQL's fast shutdown is SIGINT)."""
+    ``stop_signal``: what asks it to stop (PostgreSQL's fast shutdown is SIGINT);
+    ``leftovers``: glob patterns of files it leaves behind when it is killed rather than
+    stopped, removed once it is gone."""
 
     name: str
     command: list[str]
@@ -61,6 +64,7 @@ class Child:
     proc: subprocess.Popen | None = None
     exits: deque = field(default_factory=deque)  # monotonic times of recent exits
     restart_at: float | None = None
+    leftovers: tuple[str, ...] = ()
 
     def start(self) -> None:
         output = open(self.log_path, "ab") if self.log_path is not None else None  # noqa: SIM115 - the child keeps it
@@ -99,6 +103,9 @@ class Child:
             log(f"{self.name} did not stop in time; killing it")
         self.signal_group(signal.SIGKILL)  # leftovers of the group, e.g. a beat child
         self.proc.wait()
+        for pattern in self.leftovers:
+            for path in glob.glob(pattern):
+                Path(path).unlink(missing_ok=True)
 
 
 class Supervisor:

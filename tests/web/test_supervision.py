@@ -74,6 +74,20 @@ def test_a_dead_childs_own_children_are_stopped_with_it(supervisor, tmp_path):
     wait_for(lambda: gone(grandchild), 10, "the grandchild to be stopped")
 
 
+def test_files_a_child_leaves_when_killed_are_removed_once_it_is_gone(tmp_path):
+    """A child that does not stop in time is killed -9 and cannot clean up after itself
+    (the object store's Unix sockets): the supervisor removes what it named, only that."""
+    left, kept = tmp_path / "child-1234.sock", tmp_path / "other.sock"
+    kept.touch()
+    deaf = ["sh", "-c", f'touch {left}; trap "" TERM; while true; do sleep 0.1; done']
+    child = Child("deaf", deaf, dict(os.environ), ROOT, leftovers=(str(tmp_path / "child-*.sock"),))
+    child.start()
+    wait_for(left.exists, 10, "the child to make its file")
+    child.stop(time.monotonic() + 0.5)
+    assert child.proc.returncode == -signal.SIGKILL
+    assert not left.exists() and kept.exists()
+
+
 def test_a_child_that_keeps_dying_is_a_crash_loop(supervisor):
     sup = supervisor([sys.executable, "-c", "raise SystemExit(3)"])
     child = sup.children[0]
