@@ -31,7 +31,7 @@ import figures
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from opdweb.embedded_servers import remove_object_store_sockets, start_embedded_object_store  # noqa: E402
+from opdweb.embedded_servers import start_embedded_object_store  # noqa: E402
 from workers.science.checkpoints import s3  # noqa: E402
 from workers.science.checkpoints.cache import CheckpointCache  # noqa: E402
 from workers.science.checkpoints.stores import store_at  # noqa: E402
@@ -85,8 +85,7 @@ def main() -> int:
                 shutil.rmtree(cache.root)
                 shutil.rmtree(target)
         finally:
-            store.signal_group(9)
-            remove_object_store_sockets(tmp / "store")
+            store.kill()
     copy = statistics.median(times["plain copy (same disk)"])
     print(f"{model.name}: {len(files)} files, {size / 2**20:.1f} MiB; {args.reps} reps; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -289,8 +289,8 @@ def object_store_child(data_dir: Path, listen: str = "127.0.0.1", s3_port: int |
     # removes the ones of its own ports before it starts and after it stops (asked to stop,
     # the shell passes the signal on and waits); when it is killed -9 with its shell (its
     # graceful stop takes about as long as the supervisor's grace), the supervisor removes
-    # them (``leftovers``), and after a kill -9 from outside, the next start or
-    # :func:`remove_object_store_sockets` does.
+    # them (``leftovers``, also after ``Child.kill``), and after a kill -9 from outside,
+    # the next start does.
     sockets = " ".join(object_store_socket_patterns(ports))
     command = ["sh", "-c", f'rm -f {sockets}; "$@" & store=$!; trap \'kill -TERM $store 2>/dev/null\' TERM INT; '
                            f'wait $store; status=$?; wait $store 2>/dev/null; rm -f {sockets}; exit $status',
@@ -303,15 +303,6 @@ def object_store_child(data_dir: Path, listen: str = "127.0.0.1", s3_port: int |
 
 def object_store_socket_patterns(ports: list[int]) -> list[str]:
     return [f"/tmp/seaweedfs-*-{port}.sock" for port in ports]
-
-
-def remove_object_store_sockets(data_dir: Path) -> None:
-    """The Unix sockets of the store on ``data_dir``'s ports, after it was killed -9."""
-    port_file = data_dir / "seaweedfs" / "ports"
-    if port_file.is_file():
-        for pattern in object_store_socket_patterns([int(p) for p in port_file.read_text().split()]):
-            for path in Path("/tmp").glob(Path(pattern).name):
-                path.unlink(missing_ok=True)
 
 
 def start_embedded_object_store(data_dir: Path, listen: str = "127.0.0.1", s3_port: int | None = None

@@ -101,7 +101,13 @@ class Child:
             self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             log(f"{self.name} did not stop in time; killing it")
-        self.signal_group(signal.SIGKILL)  # leftovers of the group, e.g. a beat child
+        self.kill()  # what is left of the group, e.g. a beat child
+
+    def kill(self) -> None:
+        """kill -9 the whole group, wait for the child, and remove its ``leftovers``."""
+        if self.proc is None:
+            return
+        self.signal_group(signal.SIGKILL)
         self.proc.wait()
         for pattern in self.leftovers:
             for path in glob.glob(pattern):

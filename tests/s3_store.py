@@ -4,14 +4,13 @@ directory of its own.  ``s3_bucket`` gives a test a fresh bucket with this proce
 environment pointed at the store, so ``store_at("s3://<bucket>/...")`` reaches it."""
 from __future__ import annotations
 
-import signal
 import time
 import uuid
 from dataclasses import dataclass
 
 import pytest
 
-from opdweb.embedded_servers import _start_and_wait, remove_object_store_sockets, start_embedded_object_store
+from opdweb.embedded_servers import _start_and_wait, start_embedded_object_store
 from opdweb.supervisor import Child
 from workers.science.checkpoints import s3
 
@@ -22,10 +21,8 @@ class S3Server:
     child: Child
 
     def kill(self) -> None:
-        """kill -9, the whole process group."""
-        self.child.signal_group(signal.SIGKILL)
-        if self.child.proc is not None:
-            self.child.proc.wait()
+        """kill -9, the whole process group (its sockets removed)."""
+        self.child.kill()
 
     def start(self) -> None:
         """Start it again on its data, at the same address (after a kill)."""
@@ -57,7 +54,6 @@ def s3_server(tmp_path_factory):
     server = S3Server(env, child)
     yield server
     server.kill()  # a graceful stop waits 15 s on its filer's streams; its data is thrown away anyway
-    remove_object_store_sockets(data_dir)
 
 
 @pytest.fixture
