@@ -5,11 +5,10 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, Union
 
 from django.http import Http404, HttpResponse
-from django.shortcuts import get_object_or_404
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from opdweb.api import Routes
-from opdweb.jobs.access import may_see_traceback, visible_job
+from opdweb.jobs.access import may_see_traceback, visible_job, visible_series
 from opdweb.jobs.actions import check_job_config, do_cancel_job, do_submit_job
 from opdweb.jobs.estimates import estimate
 from opdweb.jobs.models import Job
@@ -267,7 +266,9 @@ def list_series(request, job_id: int):
               summary="A series as min / max / last buckets over a step window",
            query=DownsampleQuery, response=DownsampledOut, errors=(404,))
 def downsampled_series(request, job_id: int, query: DownsampleQuery):
-    series = get_object_or_404(TraceSeries, job=visible_job(request.user, job_id), key=query.key)
+    series = visible_series(request.user, job_id, [query.key]).get(query.key)
+    if series is None:
+        raise Http404(f"job #{job_id} has no series {query.key!r}")
     # PostgreSQL wrote the buckets as JSON: they go out as they are (DownsampledOut's shape).
     return HttpResponse(downsample(series, query.buckets, query.start, query.end, query.wall).json(),
                         content_type="application/json")
@@ -278,8 +279,7 @@ def downsampled_series(request, job_id: int, query: DownsampleQuery):
 def series_batch(request, job_id: int, query: SeriesBatchQuery):
     """What the job page draws first: one access check and one request for many charts, where
     one read per key would pay for each its own request (about 6 ms apiece in the server)."""
-    job = visible_job(request.user, job_id)
-    found = {s.key: s for s in TraceSeries.objects.filter(job=job, key__in=query.key)}
+    found = visible_series(request.user, job_id, query.key)
     missing = [key for key in query.key if key not in found]
     if missing:
         raise Http404(f"job #{job_id} has no series {', '.join(map(repr, missing[:5]))}")

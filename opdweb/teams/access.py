@@ -24,9 +24,9 @@ def token_team_id(user) -> int | None:
     return token.team_id if token is not None else None
 
 
-def _outside_token_team(user, team: Team, what: str) -> Refused:
+def _outside_token_team(user, team_slug: str, what: str) -> Refused:
     token = user.api_token
-    return Refused(f"API token {token.name!r} is for team {token.team.slug}; {what} is in team {team.slug}",
+    return Refused(f"API token {token.name!r} is for team {token.team.slug}; {what} is in team {team_slug}",
                    status=403)
 
 
@@ -64,20 +64,34 @@ def _at_least(role: Role, min_role: Role, slug: str) -> Role:
     return role
 
 
+def role_of_user(user, team: str = "team") -> Subquery:
+    """``user``'s role in the team at ``team`` (a path from the queried model), as an
+    annotation: None where they hold none."""
+    return Subquery(Membership.objects.filter(team=OuterRef(team), user=user).values("role")[:1])
+
+
+def viewer_role(user, what: str, team_id: int, team_slug: str, role: int | None,
+                min_role: Role = Role.VIEWER) -> Role:
+    """The rule above for one object (``what``), given its team and ``user``'s role there
+    (None: none): their role, else the 404 or 403."""
+    if role is None:
+        raise Http404(f"{what} not found")
+    scope = token_team_id(user)
+    if scope is not None and team_id != scope:
+        raise _outside_token_team(user, team_slug, what)
+    return _at_least(Role(role), min_role, team_slug)
+
+
 def visible_in_team(model: type[Model], what: str, user, pk: int, min_role: Role = Role.VIEWER,
                     related: tuple[str, ...] = ()):
     """The ``model`` row ``pk`` with ``viewer_role`` set, under the rule above.  One query:
     the object, its team and ``related``, and the user's role in that team."""
     obj = None
     if user.is_authenticated:
-        role = Membership.objects.filter(team=OuterRef("team"), user=user).values("role")[:1]
-        obj = model.objects.select_related("team", *related).annotate(role=Subquery(role)).filter(pk=pk).first()
-    if obj is None or obj.role is None:
+        obj = model.objects.select_related("team", *related).annotate(role=role_of_user(user)).filter(pk=pk).first()
+    if obj is None:
         raise Http404(f"{what} #{pk} not found")
-    scope = token_team_id(user)
-    if scope is not None and obj.team_id != scope:
-        raise _outside_token_team(user, obj.team, f"{what} #{pk}")
-    obj.viewer_role = _at_least(Role(obj.role), min_role, obj.team.slug)
+    obj.viewer_role = viewer_role(user, f"{what} #{pk}", obj.team_id, obj.team.slug, obj.role, min_role)
     return obj
 
 
@@ -85,10 +99,7 @@ def team_for(user, slug: str, min_role: Role = Role.VIEWER) -> Team:
     """The team named ``slug`` with ``viewer_role`` set, under the rule above."""
     team = Team.objects.filter(slug=slug).first()
     role = _membership_role(user, team.pk) if team is not None else None
-    if role is None:
+    if team is None or role is None:
         raise Http404(f"team {slug!r} not found")
-    scope = token_team_id(user)
-    if scope is not None and team.pk != scope:
-        raise _outside_token_team(user, team, f"team {slug!r}")
-    team.viewer_role = _at_least(role, min_role, slug)
+    team.viewer_role = viewer_role(user, f"team {slug!r}", team.pk, slug, role, min_role)
     return team

@@ -226,3 +226,36 @@ def test_a_team_admin_sees_and_may_revoke_a_members_token(member, write_secret, 
     assert client.post(f"/tokens/{token.pk}/revoke/").status_code == 302
     assert AuditEntry.objects.get(action="token.revoked").actor == admin
     assert submit(Client(), bearer(write_secret)).status_code == 401
+
+
+def test_chart_reads_follow_the_jobs_rule_for_a_token_and_a_stranger(member, write_secret):
+    """Chart reads find the series and the job's team in one query: the rule they apply is
+    the job's.  A token for another of the owner's teams gets the job's 403 (naming both
+    teams); someone outside the team gets the job's own 404, the same whether or not the
+    key exists; a member asking a key the job lacks gets a 404 naming the key."""
+    from opdweb.traces.sink import TraceSink
+
+    user, team = member
+    other = MembershipFactory(user=user, team=TeamFactory(), role=Role.ADMIN).team
+    theirs = JobFactory(team=other)
+    sink = TraceSink(theirs.pk, publish=None)
+    sink.add(0, {"loss": 1.0})
+    sink.close()
+    read = f"/api/jobs/{theirs.pk}/series/downsampled?key="
+    batch = f"/api/jobs/{theirs.pk}/series/batch?key="
+    for path in (read + "loss", batch + "loss"):
+        response = Client().get(path, **bearer(write_secret))
+        assert response.status_code == 403, path
+        assert team.slug in response.json()["detail"] and other.slug in response.json()["detail"]
+    stranger = Client()
+    stranger.force_login(MembershipFactory(team=TeamFactory()).user)
+    answers = [stranger.get(path) for path in (read + "loss", read + "nope", batch + "loss", batch + "nope")]
+    assert {r.status_code for r in answers} == {404}
+    assert {r.json()["detail"] for r in answers} == {f"job #{theirs.pk} not found"}
+    owner = Client()
+    owner.force_login(user)
+    assert owner.get(read + "loss").json()["buckets"][0][2:4] == [1.0, 1.0]
+    missing = owner.get(read + "nope")
+    assert missing.status_code == 404 and missing.json()["detail"] == f"job #{theirs.pk} has no series 'nope'"
+    missing = owner.get(batch + "loss&key=nope")
+    assert missing.status_code == 404 and "'nope'" in missing.json()["detail"]
