@@ -685,6 +685,27 @@ def fan_out_row(ws: dict) -> dict:
             "goal": "p95 ≤ 100 ms quiet, ≤ 250 ms loaded"}
 
 
+def kills_row(r: dict) -> dict:
+    """The README row of the three kill scenarios (all three must have run)."""
+    k, pg, x = r["kill"], r["pg"], r["redis"]
+    points = " / ".join(f"{s['lost']} of {2 * s['steps']:,}" for s in (k, pg))
+    duplicated = k["duplicated"] + pg["duplicated"]
+    return {"id": "reliability-kills", "page": "docs/reliability.md", "page_title": "reliability",
+            "what": "worker / embedded PostgreSQL `kill -9` mid-job; Redis `kill -9`",
+            "latest": f"{points} points lost, {duplicated} duplicated (jobs {k['state']} / {pg['state']}); "
+                      f"{x['lost']} of {x['jobs']} jobs lost",
+            "goal": "nothing lost"}
+
+
+def schemathesis_row(t: dict) -> dict:
+    verdict = "passed" if t["returncode"] == 0 else "FAILED"
+    return {"id": "schemathesis", "page": "docs/reliability.md", "page_title": "reliability",
+            "what": f"schemathesis against the OpenAPI document ({t['fuzz_examples']} examples per operation and "
+                    "phase)",
+            "latest": f"{t['fuzz_requests']:,} requests, {t['fuzz_5xx']} × 5xx; the test {verdict}",
+            "goal": "0 × 5xx"}
+
+
 # ---------------------------------------------------------------- 4. + 5. the two test modules
 
 def scenario_tests(fuzz_examples: int) -> dict:
@@ -805,7 +826,8 @@ def main() -> int:
                         help="how long the soak's run logs (ten minutes by default)")
     parser.add_argument("--soak-rate", type=int, default=1000, help="the soak run's points per second")
     parser.add_argument("--record", action="store_true",
-                        help="store the README row of the websocket scenario (docs/benchmarks/figures.json)")
+                        help="store the README rows of what ran (docs/benchmarks/figures.json): the websocket "
+                             "scenario's, the kills' (kill, redis and pg) and schemathesis's")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the started processes' logs (their folder is printed on failure)")
     parser.add_argument("--redis-child", help=argparse.SUPPRESS)
@@ -870,8 +892,14 @@ def main() -> int:
         shut_down_redis(redis_server)
     print(f"\n{table(results)}\n")
     print(f"({time.monotonic() - started:.0f} s; load average at the end: {load()})")
-    if args.record and "ws" in results:
-        figures.record([fan_out_row(results["ws"])])
+    if args.record:
+        rows = [fan_out_row(results["ws"])] if "ws" in results else []
+        if {"kill", "redis", "pg"} <= results.keys():
+            rows.append(kills_row(results))
+        if results.get("tests", {}).get("fuzz_requests") is not None:
+            rows.append(schemathesis_row(results["tests"]))
+        if rows:
+            figures.record(rows)
     if args.keep_logs:
         print(f"(processes' logs in {tmp})")
     else:
