@@ -28,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import figures  # noqa: E402  (no Django)
+
 from tests.web.example_path import SMOKE, walk  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -76,6 +78,8 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="the example calibration at the browser test's size")
     parser.add_argument("--ceiling-min", type=float, default=60.0, help="give up on a job after this many minutes")
     parser.add_argument("--shots", help="write each page's screenshot into this folder")
+    parser.add_argument("--record", action="store_true",
+                        help="store the README row (docs/benchmarks/figures.json; not with --smoke)")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -109,7 +113,19 @@ def main() -> int:
         print(f"| {stage} | {seconds:.0f} |")
     print(f"| **total, launch to export** | **{total_s:.0f}** ({total_s / 60:.1f} min) |\n\n"
           f"load average {load[0]:.2f}, {os.cpu_count()} cores")
+    if args.record and not args.smoke:
+        figures.record([record_row(up_s, done.seconds, done.verdict, total_s)])
     return 0
+
+
+def record_row(up_s: float, stages: dict[str, float], verdict: str, total_s: float) -> dict:
+    parts = [f"up {up_s:.0f} s", f"calibration {stages['calibration']:.0f} s",
+             f"check {stages['admission']:.0f} s: {verdict}",
+             f"approval and export {stages['approval and export']:.0f} s"]
+    return {"id": "example-path", "page": "docs/benchmarks/example-path.md", "page_title": "example-path",
+            "what": "the example path in Chromium: `make run` on an empty `var/` → the Budgets page's example "
+                    "calibration → admission of the vLLM FP8 preset → a teammate's approval → the vLLM export",
+            "latest": f"{total_s / 60:.1f} min ({', '.join(parts)})", "goal": "≤ 20 min"}
 
 
 if __name__ == "__main__":
