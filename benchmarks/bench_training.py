@@ -1,13 +1,14 @@
 """OPD step wall time against the bare sum of its passes (issue #10's overhead budget: <= 15%).
 
-    python benchmarks/bench_training.py --student var/toy/demo/student --teacher var/toy/demo/teacher --batch 256 --steps 10
+    python benchmarks/bench_training.py --student var/toy/demo/student --teacher var/toy/demo/teacher --batch 256 --steps 20
 
 The step is ``OnPolicyTrainer._train_step`` as a training job runs it (rollout engine
 re-prepared from the trainer's weights, sampling, grading, teacher scoring, student
 forward and backward, AdamW step, IS and mismatch statistics, trace).  The bare sum is the
 same three passes on the same problems with nothing around them: sampling from an engine
 already built, the teacher's full-vocabulary score, the student's forward and backward of
-the full reverse KL.  Medians over ``--steps`` steps after one warm-up step.
+the full reverse KL.  Each step is followed by its bare passes (interleaved: the machine's
+drift hits both alike); medians over ``--steps`` steps after one warm-up step.
 """  # noqa: E501
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def main() -> int:
     ap.add_argument("--student", default="var/toy/demo/student")
     ap.add_argument("--teacher", default="var/toy/demo/teacher")
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--record", action="store_true", help="store the README row (docs/benchmarks/figures.json)")
@@ -46,15 +47,14 @@ def main() -> int:
     cfg = OPDConfig(model=args.student, teacher=args.teacher, steps=args.steps + 1, batch_size=args.batch,
                     eval_every=0, device=args.device, resume=False)
     tr = OPDTrainer(cfg)
-    step_s = []
+    # Interleaved, step by step: a step, then its bare passes (on that step's problems, with
+    # the weights it left), so that the machine's drift hits both alike.
+    step_s, sample_s, teacher_s, student_s = [], [], [], []
     for i in range(args.steps + 1):
         t0 = time.perf_counter()
         tr._train_step()
         if i:
             step_s.append(time.perf_counter() - t0)
-
-    sample_s, teacher_s, student_s = [], [], []
-    for i in range(args.steps + 1):
         problems = tr.train_problems(i)
         prompts = tr.encode(problems)
         rcfg = tr.rollout_config(i)
