@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+import figures
 from harness import ROOT, bench_database, child_env, daphne, load, team_and_user
 
 TOY = ROOT / "tests/science/fixtures/toy-test"
@@ -88,6 +89,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--kinds", default="selftest,mismatch,drift,train,noise-solve,sensitivity,calibration")
     ap.add_argument("--database", default="opdweb_bench_scheduling")
+    ap.add_argument("--record", action="store_true", help="store the README row (docs/benchmarks/figures.json)")
     args = ap.parse_args()
     # Stopped from outside (a smoke test's ceiling), it still stops its workers (the finally below).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -173,6 +175,19 @@ def main() -> int:
     print("|---|---|---|")
     for kind, (seconds, state) in cancels.items():
         print(f"| {kind} | {seconds:.2f} | {state} |")
+    if args.record:
+        cancelled = [seconds for seconds, state in cancels.values() if state == "cancelled"]
+        figures.record([{
+            "id": "interactive-on-busy-fleet", "page": "docs/jobs.md#benchmark-interactive-work-on-a-busy-fleet",
+            "page_title": "jobs",
+            "what": f"measurement ({Path(model).parent.name} toy, {args.prompts:,} prompts), submit to verdict over "
+                    f"the REST API: fleet idle / a calibration's training run under way on the one gpu worker (it "
+                    f"makes way), medians of {args.reps}; Cancel to cancelled, {len(cancels)} kinds",
+            "latest": f"{statistics.median(idle):.1f} s / {statistics.median(busy):.1f} s ({ratio:.2f}x; a run made "
+                      f"way {sum(made_way)} of {len(made_way)} times); "
+                      f"{len(cancelled)} of {len(cancels)} kinds cancelled in {min(cancelled, default=0):.2f}-"
+                      f"{max(cancelled, default=0):.2f} s",
+            "goal": "≤ 1.5x; seconds"}])
     return 0
 
 
