@@ -98,8 +98,7 @@ def visible_in_team(model: type[Model], what: str, user, pk: int, min_role: Role
 def team_for(user, slug: str, min_role: Role = Role.VIEWER) -> Team:
     """The team named ``slug`` with ``viewer_role`` set, under the rule above."""
     team = Team.objects.filter(slug=slug).first()
-    role = _membership_role(user, team.pk) if team is not None else None
-    if team is None or role is None:
+    if team is None:
         raise Http404(f"team {slug!r} not found")
-    team.viewer_role = viewer_role(user, f"team {slug!r}", team.pk, slug, role, min_role)
+    team.viewer_role = viewer_role(user, f"team {slug!r}", team.pk, slug, _membership_role(user, team.pk), min_role)
     return team
