@@ -13,9 +13,11 @@ preflight, the checkpoint's content hash, the measurement with its bootstrap CI,
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -52,6 +54,7 @@ def main() -> int:
 
     rollout = RolloutConfig.from_yaml(args.config)
     cache = tempfile.mkdtemp(prefix="bench-admission-")
+    atexit.register(shutil.rmtree, cache, True)  # the references this run cached go with it
     common = dict(model=args.model, rollout=rollout, prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                   reference_engine="hf", target_ci=0.0, threads=args.threads, device="cpu", cache_dir=cache)
     checked = preflight(MismatchJobConfig(**common))
