@@ -286,14 +286,10 @@ def object_store_child(data_dir: Path, listen: str = "127.0.0.1", s3_port: int |
     logs.mkdir(exist_ok=True)
     # Its parts also talk over Unix sockets, /tmp/seaweedfs-<part>-<port>.sock (a fixed place)
     # that it leaves behind when it stops, and a new one trips on them: the shell around it
-    # removes the ones of its own ports before it starts and after it stops (asked to stop,
-    # the shell passes the signal on and waits); when it is killed -9 with its shell (its
-    # graceful stop takes about as long as the supervisor's grace), the supervisor removes
-    # them (``leftovers``, also after ``Child.kill``), and after a kill -9 from outside,
-    # the next start does.
+    # removes the ones of its own ports before it starts (those of a kill -9 from outside),
+    # and the supervisor once it is gone (``leftovers``: ``Child.stop`` ends in ``Child.kill``).
     sockets = " ".join(object_store_socket_patterns(ports))
-    command = ["sh", "-c", f'rm -f {sockets}; "$@" & store=$!; trap \'kill -TERM $store 2>/dev/null\' TERM INT; '
-                           f'wait $store; status=$?; wait $store 2>/dev/null; rm -f {sockets}; exit $status',
+    command = ["sh", "-c", f'rm -f {sockets}; exec "$@"',
                "weed", *command]
     # One volume per new bucket, not seven: a small disk holds many buckets.
     env_of_store = {**os.environ, "TMPDIR": str(logs), "WEED_MASTER_VOLUME_GROWTH_COPY_1": "1"}

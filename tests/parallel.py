@@ -11,7 +11,13 @@ imports the settings. Each worker gets what a deployment of its own would have:
 - its own data directory (job run folders are named by job id, which each test database
   counts from 1; the toy pair is copied there).
 
-Outside xdist, and in xdist's controller, nothing changes."""
+Every test run also gets a runtime folder (``XDG_RUNTIME_DIR``, where the embedded
+PostgreSQL wheel keeps its lock files and Chromium its dconf), ``test/run`` in the data
+directory, set before xdist starts its workers (they inherit it), unless the environment
+names one: else the first embedded PostgreSQL a test starts would pick one inside that
+test's own temporary data, and later servers and browsers would make it again after the
+test removed it.  Outside xdist, and in xdist's
+controller, nothing else changes."""
 from __future__ import annotations
 
 import os
@@ -36,6 +42,10 @@ def worker_number() -> int | None:
 
 
 def configure_worker() -> None:
+    if "XDG_RUNTIME_DIR" not in os.environ:
+        runtime = data_dir() / "test" / "run"
+        runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     worker = worker_number()
     if worker is None:
         return
