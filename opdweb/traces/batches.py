@@ -20,6 +20,8 @@ latest-step, which changes nothing when replayed.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import psycopg
 from django.db import connection, transaction
@@ -27,19 +29,22 @@ from django.db import connection, transaction
 from opdweb.traces.copy_encoding import copy_into, encode_binary_copy
 from opdweb.traces.models import POINTS_TABLE, ROLLUP_TABLE, SERIES_TABLE
 from opdweb.traces.pending import Arrays
-from opdweb.traces.rollups import write_rollups
+from opdweb.traces.rollups import plan_rollups
 
 POINT_COLUMNS = ("series_id", "step", "wall_time", "value")
 
 
-def write_points(job_id: int, arrays: Arrays) -> dict[str, int]:
+def write_points(job_id: int, arrays: Arrays, copying: Callable[[], None] | None = None) -> dict[str, int]:
     """Write one batch, ``{key: (steps, wall_times, values)}``, in one transaction: the
     series rows, the points and the rollups.  Returns the rows written per table.
 
     The usual batch costs a handful of round trips: one statement claims the series, the
     points and the new rollup buckets go in by COPY, the buckets the batch continues merge
     in one statement.  A batch holding a step already stored (a replay) fails its COPY;
-    the transaction is then redone through a staging table that skips what exists."""
+    the transaction is then redone through a staging table that skips what exists.
+
+    ``copying`` is called once the points are encoded, as their COPY starts (the sink
+    lets a producer it held back go on then, while PostgreSQL does the work)."""
     keys = list(arrays)
     firsts = [int(arrays[k][0].min()) for k in keys]
     lasts = [int(arrays[k][0].max()) for k in keys]
@@ -62,9 +67,10 @@ def write_points(job_id: int, arrays: Arrays) -> dict[str, int]:
                     # interleaved across keys, and a series' points share heap pages.
                     order = np.lexsort((steps, sid))
                     sid, steps, walls, values = sid[order], steps[order], walls[order], values[order]
-                _write_points(cursor, sid, steps, walls, values, replay)
-                rollups = write_rollups(cursor, sid, steps, values, {} if replay else previous_last, replay)
-            return {POINTS_TABLE: n, ROLLUP_TABLE: rollups, SERIES_TABLE: len(keys)}
+                rollups = plan_rollups(sid, steps, values, {} if replay else previous_last, replay)
+                _write_points(cursor, sid, steps, walls, values, replay, copying)
+                rows = rollups.write(cursor)
+            return {POINTS_TABLE: n, ROLLUP_TABLE: rows, SERIES_TABLE: len(keys)}
         except psycopg.errors.UniqueViolation:
             if replay:
                 raise
@@ -102,8 +108,10 @@ def _claim_series(cursor, job_id: int, keys: list[str], firsts: list[int], lasts
     return ids, previous_last
 
 
-def _write_points(cursor, sid, steps, walls, values, replay: bool) -> None:
+def _write_points(cursor, sid, steps, walls, values, replay: bool, copying: Callable[[], None] | None) -> None:
     data = encode_binary_copy([("int8", sid), ("int8", steps), ("float8", walls), ("float8", values)])
+    if copying is not None:
+        copying()
     if not replay:
         copy_into(cursor, POINTS_TABLE, POINT_COLUMNS, data)
         return

@@ -2,6 +2,8 @@
 reduced level from level, and written new by COPY or merged where a bucket may exist."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from opdweb.traces.copy_encoding import copy_into, encode_binary_copy
@@ -52,7 +54,7 @@ def rollup_columns(sid: np.ndarray, steps: np.ndarray, values: np.ndarray,
 _ROLLUP_TYPES = ("int8", "int2", "int8", "float8", "float8", "int8", "float8")
 
 
-def _merge_rollups(cursor, cols: dict[str, np.ndarray], mask: np.ndarray) -> None:
+def _merge_rollups(cursor, cols: dict[str, np.ndarray]) -> None:
     """Merge rollup rows into existing ones (least, greatest, latest step): a no-op when
     replayed.  One statement, the rows passed as arrays."""
     cursor.execute(
@@ -63,18 +65,38 @@ def _merge_rollups(cursor, cols: dict[str, np.ndarray], mask: np.ndarray) -> Non
               max = GREATEST(r.max, EXCLUDED.max),
               last_value = CASE WHEN EXCLUDED.last_step >= r.last_step THEN EXCLUDED.last_value ELSE r.last_value END,
               last_step = GREATEST(r.last_step, EXCLUDED.last_step)""",  # noqa: E501
-        [cols[name][mask].tolist() for name in ROLLUP_COLUMNS],
+        [cols[name].tolist() for name in ROLLUP_COLUMNS],
     )
 
 
-def write_rollups(cursor, sid, steps, values, previous_last: dict[int, int], replay: bool) -> int:
+@dataclass
+class RollupWrite:
+    """One batch's rollup rows, computed and encoded before anything is sent (so the
+    sink does that work while PostgreSQL can still wait for it), then written by
+    :meth:`write` in the batch's transaction."""
+
+    rows: int
+    new: memoryview | None  # the binary COPY of the buckets that cannot exist yet
+    merged: dict[str, np.ndarray] | None  # the buckets that may exist: merged in one statement
+
+    def write(self, cursor) -> int:
+        if self.new is not None:
+            copy_into(cursor, ROLLUP_TABLE, ROLLUP_COLUMNS, self.new)
+        if self.merged is not None:
+            _merge_rollups(cursor, self.merged)
+        return self.rows
+
+
+def plan_rollups(sid, steps, values, previous_last: dict[int, int], replay: bool) -> RollupWrite:
+    """The rollup rows of one batch sorted by (series, step), and how each goes in: a
+    replay merges every bucket; otherwise a bucket that starts after its series' previous
+    last step holds no earlier point, so no row for it exists yet (COPY), and the others
+    (the bucket a flush continues) merge."""
     cols = rollup_columns(sid, steps, values, presorted=True)
+    rows = len(cols["series_id"])
     if replay:
-        _merge_rollups(cursor, cols, np.ones(len(cols["series_id"]), dtype=bool))
-        return len(cols["series_id"])
-    # A bucket that starts after its series' previous last step holds no earlier point,
-    # so no row for it exists yet: COPY.  The others (the bucket a flush continues) merge.
-    prev = np.full(len(cols["series_id"]), -1, dtype=np.int64)
+        return RollupWrite(rows, None, cols)
+    prev = np.full(rows, -1, dtype=np.int64)
     if previous_last:
         known = np.fromiter(previous_last.keys(), dtype=np.int64, count=len(previous_last))
         lasts = np.fromiter(previous_last.values(), dtype=np.int64, count=len(previous_last))
@@ -85,9 +107,9 @@ def write_rollups(cursor, sid, steps, values, previous_last: dict[int, int], rep
         prev[match] = lasts[at[match]]
     bucket_start = cols["bucket"] * np.asarray(ROLLUP_WIDTHS, dtype=np.int64)[cols["level"]]
     fresh = bucket_start > prev
+    new = None
     if fresh.any():
-        columns = [(t, cols[name][fresh]) for t, name in zip(_ROLLUP_TYPES, ROLLUP_COLUMNS, strict=True)]
-        copy_into(cursor, ROLLUP_TABLE, ROLLUP_COLUMNS, encode_binary_copy(columns))
-    if not fresh.all():
-        _merge_rollups(cursor, cols, ~fresh)
-    return len(fresh)
+        new = encode_binary_copy([(pg_type, cols[name][fresh])
+                                  for pg_type, name in zip(_ROLLUP_TYPES, ROLLUP_COLUMNS, strict=True)])
+    merged = None if fresh.all() else {name: column[~fresh] for name, column in cols.items()}
+    return RollupWrite(rows, new, merged)

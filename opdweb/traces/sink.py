@@ -15,6 +15,12 @@ Cost per point.  ``add`` is a few list operations per call, whatever the number 
 (:mod:`opdweb.traces.pending`); a flush turns the calls into arrays, encodes the COPY
 stream in whole-array operations, and reduces the rollup pyramid level from level.
 
+Back-pressure.  A producer faster than the database waits once ``8 x flush_points`` points
+are pending.  When the writer takes such a batch, the producer stays held until the
+batch's COPY starts: the writer's preparation (arrays, series, rollups, encoding) then has
+the interpreter to itself, rather than waiting for it at each step while PostgreSQL idles,
+and the producer fills the next batch while PostgreSQL writes this one.
+
 After each committed batch (:mod:`.batches`), a second thread publishes it to the live
 channel (:mod:`.live_packing`: after the commit, so a consumer that replays from the
 database after joining the group misses nothing) and keeps the tables' statistics
@@ -84,6 +90,7 @@ class TraceSink:
         self._added = 0  # points ever added
         self._done = 0  # points ever taken by a finished write (or a failed one)
         self._flush_asked = False
+        self._held = False  # a producer held back stays so until the batch's COPY starts
         self._closing = False
         self._closed = False
         self._error: BaseException | None = None
@@ -149,7 +156,8 @@ class TraceSink:
         if count == n or count - n < self.flush_points <= count:
             self._cond.notify_all()
         # Back-pressure: a producer far faster than the database waits for the writer.
-        while self._pending.count >= 8 * self.flush_points and not self._closing and self._error is None:
+        while ((self._pending.count >= 8 * self.flush_points or self._held) and not self._closing
+               and self._error is None):
             self._cond.wait(0.5)
 
     # -- flushing -----------------------------------------------------------------------
@@ -188,6 +196,12 @@ class TraceSink:
             self._finish_analyze()
         with self._lock:
             self._raise_error()
+
+    def _release_producer(self) -> None:
+        if self._held:
+            with self._lock:
+                self._held = False
+                self._cond.notify_all()
 
     def _raise_error(self) -> None:
         if self._error is not None:
@@ -232,7 +246,12 @@ class TraceSink:
                     self._last_start = time.monotonic()
                     self._flush_asked = False
                     pending = self._take_locked()
-                    self._cond.notify_all()  # a producer held back by back-pressure may go on
+                    # A producer held back by back-pressure goes on once this batch's COPY
+                    # starts, not before: preparing the batch (arrays, series, encoding)
+                    # then has the interpreter to itself while PostgreSQL waits for it.
+                    self._held = pending.count >= 8 * self.flush_points
+                    if not self._held:
+                        self._cond.notify_all()
                 try:
                     self._write(pending)
                 except Exception as exc:  # noqa: BLE001 - handed to the caller
@@ -243,6 +262,7 @@ class TraceSink:
                         self._error = self._error or exc
                 finally:
                     with self._lock:
+                        self._held = False
                         self._done += pending.count
                         self._cond.notify_all()
         finally:
@@ -287,7 +307,7 @@ class TraceSink:
     def _write(self, pending: PendingPoints) -> None:
         """Write one batch (in whichever thread flushes); publishing follows the commit."""
         arrays = pending.arrays()
-        written = write_points(self.job_id, arrays)
+        written = write_points(self.job_id, arrays, self._release_producer)
         after = {key: self._last_written[key] for key in arrays if key in self._last_written}
         for key, (steps, _, _) in arrays.items():
             if len(steps):

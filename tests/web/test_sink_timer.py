@@ -151,6 +151,37 @@ def test_the_trace_tables_are_analysed_after_a_large_ingest():
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_producer_held_back_waits_until_its_batch_is_being_copied(monkeypatch):
+    """A producer faster than the database waits at 8 x ``flush_points`` pending; once the
+    writer takes that batch, the producer stays held while the writer prepares it
+    (arrays, series, encoding: here made slow) and goes on as its COPY starts.  Nothing is
+    lost or duplicated."""
+    from opdweb.traces.pending import PendingPoints
+
+    real_arrays = PendingPoints.arrays
+    preparing: list[tuple[int, int, int]] = []  # (points in the batch, added before, added after)
+    sink: TraceSink | None = None
+
+    def slow_arrays(self):
+        before = sink._added
+        time.sleep(0.1)
+        preparing.append((self.count, before, sink._added))
+        return real_arrays(self)
+
+    monkeypatch.setattr(PendingPoints, "arrays", slow_arrays)
+    job = JobFactory()
+    sink = TraceSink(job.pk, flush_points=25)
+    n = 1_000
+    for step in range(n):
+        sink.add(step, {"x": float(step)})
+    sink.close()
+    held = [batch for batch in preparing if batch[0] >= 8 * 25]
+    assert held, f"the producer was never held back: batches {[b[0] for b in preparing]}"
+    assert all(before == after for _, before, after in held), held
+    assert stored(job, "x") == [(s, float(s)) for s in range(n)]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_failed_write_is_raised_in_the_caller():
     """A batch the database refuses (here: points of a job that does not exist) surfaces
     on the next flush, not silently in the writer thread."""
