@@ -23,8 +23,9 @@ and the producer fills the next batch while PostgreSQL writes this one.
 
 After each committed batch (:mod:`.batches`), a second thread publishes it to the live
 channel (:mod:`.live_packing`: after the commit, so a consumer that replays from the
-database after joining the group misses nothing) and keeps the tables' statistics
-current (:mod:`.analyze`).
+database after joining the group misses nothing) and a third keeps the tables' statistics
+current (:mod:`.analyze`): an ANALYZE of a large table, which takes a while, holds back
+neither the writer nor the live channel.
 """
 from __future__ import annotations
 
@@ -67,8 +68,8 @@ class TraceSink:
     ``flush_points`` starts a flush early when that many points wait.  ``publish`` is
     called with the live messages after each committed flush (``None``: no publishing),
     from a second thread so the writer goes on meanwhile.  :meth:`flush` returns once
-    everything added is written; :meth:`close` also waits for the publishing, and stops
-    both threads.  Call it at the end.
+    everything added is written; :meth:`close` also waits for the publishing and the
+    closing statistics check, and stops the threads.  Call it at the end.
     """
 
     def __init__(self, job_id: int, *, flush_points: int = 20_000, flush_seconds: float = 0.05,
@@ -96,18 +97,20 @@ class TraceSink:
         self._error: BaseException | None = None
         self._last_start = float("-inf")
         # Rows this sink wrote per table since it last ran ANALYZE on it, and since it
-        # last checked (owned by the thread that publishes).
+        # last checked (owned by the statistics thread).
         self._unanalysed = {POINTS_TABLE: 0, ROLLUP_TABLE: 0, SERIES_TABLE: 0}
         self._since_check = 0
         self._thread: threading.Thread | None = None
-        self._followup: queue.SimpleQueue | None = None
+        # Publishing and ANALYZE run after each commit in threads of their own, so the
+        # writer goes on with the next batch meanwhile.
+        self._followups: dict[str, tuple[queue.SimpleQueue, threading.Thread]] = {}
         if self.threaded:
-            # Publishing and ANALYZE run after each commit in a second thread, so the
-            # writer goes on with the next batch meanwhile.
-            self._followup = queue.SimpleQueue()
-            self._followup_thread = threading.Thread(target=self._follow_up, name=f"trace-sink-{job_id}-live",
-                                                     daemon=True)
-            self._followup_thread.start()
+            for part in ("live", "statistics"):
+                work: queue.SimpleQueue = queue.SimpleQueue()
+                thread = threading.Thread(target=self._follow_up, args=(work,), name=f"trace-sink-{job_id}-{part}",
+                                          daemon=True)
+                thread.start()
+                self._followups[part] = (work, thread)
             self._thread = threading.Thread(target=self._writer, name=f"trace-sink-{job_id}", daemon=True)
             self._thread.start()
 
@@ -189,7 +192,8 @@ class TraceSink:
                 self._closing = True
                 self._cond.notify_all()
             self._thread.join()
-            self._followup_thread.join()
+            for _, thread in self._followups.values():
+                thread.join()
         else:
             with self._lock:
                 self._flush_inline()
@@ -267,13 +271,14 @@ class TraceSink:
                         self._cond.notify_all()
         finally:
             self._finish_analyze()
-            self._followup.put(None)
+            for work, _ in self._followups.values():
+                work.put(None)
             connection.close()
 
-    def _follow_up(self) -> None:
-        """The second thread: publishes committed batches in order, runs ANALYZE."""
+    def _follow_up(self, work: queue.SimpleQueue) -> None:
+        """A follow-up thread: publishes committed batches in order, or runs ANALYZE."""
         try:
-            while (item := self._followup.get()) is not None:
+            while (item := work.get()) is not None:
                 self._after_commit(*item)
         finally:
             connection.close()
@@ -299,8 +304,8 @@ class TraceSink:
             self._unanalysed[table] = 0
 
     def _then(self, what: str, arg=None) -> None:
-        if self._followup is not None:
-            self._followup.put((what, arg))
+        if self._followups:
+            self._followups["live" if what == "publish" else "statistics"][0].put((what, arg))
         else:
             self._after_commit(what, arg)
 
@@ -313,7 +318,7 @@ class TraceSink:
             if len(steps):
                 self._last_written[key] = max(int(steps.max()), self._last_written.get(key, -1))
         if self.publish is not None:
-            if self._followup is not None and self._followup.qsize() > MAX_UNPUBLISHED:
+            if self._followups and self._followups["live"][0].qsize() > MAX_UNPUBLISHED:
                 # The channel cannot keep up: the database has the points, and a page
                 # that reconnects gets them; memory stays bounded.
                 log.warning("trace sink of job %s: live channel behind, %s points not published", self.job_id,

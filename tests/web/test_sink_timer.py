@@ -182,6 +182,44 @@ def test_a_producer_held_back_waits_until_its_batch_is_being_copied(monkeypatch)
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_slow_analyze_holds_back_neither_writes_nor_the_live_channel(monkeypatch):
+    """The statistics check runs in a thread of its own: while it is stuck (an ANALYZE of
+    a large table takes seconds), later points are still written and published; closing
+    waits for it."""
+    from opdweb.traces import sink as sink_module
+
+    started, release = threading.Event(), threading.Event()
+
+    def stuck_analyze(written):
+        started.set()
+        release.wait(30)
+        return []
+
+    monkeypatch.setattr(sink_module, "analyze_if_needed", stuck_analyze)
+    monkeypatch.setattr(sink_module, "ANALYZE_CHECK_ROWS", 10)
+    messages: list[dict] = []
+    job = JobFactory()
+    sink = TraceSink(job.pk, publish=messages.extend)
+    for step in range(20):
+        sink.add(step, {"x": float(step)})
+    sink.flush()
+    wait_for(started.is_set, 10, "the statistics check to start")
+    sink.add(20, {"x": 20.0})
+    sink.flush()
+    assert stored(job, "x")[-1] == (20, 20.0)
+    wait_for(lambda: 20 in {step for step, _, _ in published_points(messages).get("x", [])}, 10,
+             "step 20 published while the statistics check is stuck")
+    closing = threading.Thread(target=sink.close)
+    closing.start()
+    closing.join(0.5)
+    assert closing.is_alive(), "close() returned before the statistics check ended"
+    release.set()
+    closing.join(10)
+    assert not closing.is_alive()
+    assert [step for step, _, _ in published_points(messages)["x"]] == list(range(21))
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_failed_write_is_raised_in_the_caller():
     """A batch the database refuses (here: points of a job that does not exist) surfaces
     on the next flush, not silently in the writer thread."""
