@@ -24,6 +24,9 @@ Markdown tables it prints (each method's strict budget beside the paper's mean-d
 where the shown-harmful zone starts, all from the same stored curve), and PNG charts of the
 budget curves drawn by plotly in Debian's Chromium (Playwright), as the budget page draws
 them.  ``--tables-from docs/budget/results.json`` rewrites only the tables and the chart of an earlier run.
+It compares the run with the ``results.json`` it replaces (every figure, exactly; timings, job
+ids and paths aside), and ``--record`` (with the default settings) stores the README's three
+rows: the budgets by both criteria, that comparison, and the calibrations' wall time.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import figures  # noqa: E402  (first: it takes the load average at the start)
 from bench_reliability import FAST, Stack, shut_down_redis, wait_for  # noqa: E402  (no Django)
 from plotly_png import render_png  # noqa: E402
 
@@ -326,6 +330,86 @@ def write_tables(result: dict, out: Path) -> None:
     print(text)
 
 
+#: What differs between two runs on the same pair without being a result: timings, job ids, paths.
+NOT_RESULTS = {"wall_s", "total_s", "load_average_at_end", "id", "checkpoint", "settings", "calibrated_with"}
+
+
+def differences(before, now, path: str = "") -> tuple[int, list[str]]:
+    """How many result figures two runs' ``results.json`` hold, and the paths where they
+    differ (timings, job ids and paths left out): numbers compared exactly, as written."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        count, differ = 0, []
+        for key in sorted(set(before) | set(now)):
+            if key in NOT_RESULTS:
+                continue
+            if key not in before or key not in now:
+                count, differ = count + 1, differ + [f"{path}/{key}"]
+                continue
+            n, d = differences(before[key], now[key], f"{path}/{key}")
+            count, differ = count + n, differ + d
+        return count, differ
+    if isinstance(before, list) and isinstance(now, list):
+        if len(before) != len(now):
+            return 1, [f"{path} ({len(before)} items before, {len(now)} now)"]
+        count, differ = 0, []
+        for i, (b, n) in enumerate(zip(before, now, strict=True)):
+            c, d = differences(b, n, f"{path}[{i}]")
+            count, differ = count + c, differ + d
+        return count, differ
+    return 1, ([] if before == now else [path])
+
+
+def rebuilt_text(before: dict | None, now: dict) -> str:
+    """The run against the results it replaces: identical, or what differs."""
+    if before is None:
+        return "no earlier results to compare"
+    if before.get("demo_pair") != now.get("demo_pair"):
+        return "not comparable: another demo pair (this CPU built other weights)"
+    count, differ = differences(before, now)
+    if not differ:
+        return f"identical to the last digit: all {count:,} figures (pair {now['demo_pair']['student'][:8]})"
+    shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+    return f"{len(differ)} of {count:,} figures differ: {shown}"
+
+
+def figure_rows(result: dict, before: dict | None, gpu_workers: int) -> list[dict]:
+    """The README rows of a full run: each method's budget by both criteria, the run
+    against the results it replaces, and the calibrations' wall time."""
+    budgets = result["budgets"]
+    methods = " / ".join(budgets) or "none"
+    strict, paper, harmful = [], [], []
+    for b in budgets.values():
+        if b["status"] == "uninformative":
+            strict.append("uninformative")
+            paper.append("-")
+            continue
+        s, p, h = criteria_and_zones(b)
+        strict.append(s)
+        paper.append(p)
+        if h != "not shown":
+            harmful.append(h)
+    seeds = result["settings"]["seeds"], result["settings"]["max_seeds"]
+    page = {"page": "docs/benchmarks/budget.md", "page_title": "budget"}
+    walls = [b["wall_s"] for b in budgets.values()]
+    return [
+        {"id": "toy-budgets", **page,
+         "what": f"toy-world budgets, strict rule, the {pair_of(result)} pair, {seeds[0]}-{seeds[1]} seeds: {methods}",
+         "latest": f"{' / '.join(strict)}; the paper's mean-drop criterion on the same curves: {' / '.join(paper)}; "
+                   + (f"shown harmful from {', '.join(harmful)}" if harmful else "no level shown harmful"),
+         "goal": ""},
+        {"id": "budget-rebuilt", **page,
+         "what": "the budget reproduction rebuilt, against the results it replaces (docs/budget/results.json): "
+                 "demo pair hash, every budget, interval and accuracy",
+         "latest": rebuilt_text(before, result), "goal": "bit for bit"},
+        {"id": "calibration-workers", **page,
+         "what": f"the reproduction's {len(walls)} calibrations (strict rule, bisection) sharing {gpu_workers} gpu "
+                 "workers on 2 cores: each one's wall time / the whole run",
+         "latest": (f"{min(walls) / 60:.0f}-{max(walls) / 60:.0f} min / " if walls else "")
+                   + f"{result['total_s'] / 60:.0f} min",
+         "goal": ""},
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--database", default="opdweb_reproduce_budget")
@@ -357,9 +441,15 @@ def main() -> int:
     ap.add_argument("--toy", default="var/toy/demo", help="where the demo pair is (built there when missing)")
     ap.add_argument("--out", default="docs/budget")
     ap.add_argument("--timeout", type=float, default=4 * 3600)
+    ap.add_argument("--record", action="store_true",
+                    help="store the README rows (docs/benchmarks/figures.json); the defaults only")
     ap.add_argument("--tables-from", metavar="RESULTS_JSON",
                     help="only write the Markdown tables and the chart of an earlier run's results.json (no jobs run)")
     args = ap.parse_args()
+    changed = [k for k, v in vars(args).items()
+               if k not in {"record", "database", "timeout"} and v != ap.get_default(k)]
+    if args.record and changed:
+        ap.error(f"--record stores the README's rows, which are of the defaults; changed: {', '.join(changed)}")
     if args.tables_from:
         write_tables(json.loads(Path(args.tables_from).read_text()), ROOT / args.out)
         return 0
@@ -403,9 +493,13 @@ def main() -> int:
     result["load_average_at_end"] = load()
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
+    before = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
     (out / "results.json").write_text(json.dumps(result, indent=1))
     write_tables(result, out)
     print(f"\n({result['total_s']:.0f} s with {args.gpu_workers} gpu worker(s); load average at the end: {load()})")
+    print(f"against the results it replaced: {rebuilt_text(before, result)}")
+    if args.record:
+        figures.record(figure_rows(result, before, args.gpu_workers))
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
