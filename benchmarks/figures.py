@@ -3,7 +3,7 @@
 A benchmark run with ``--record`` (at its full size: the smoke sizes `make test` runs never
 record) stores its rows in ``docs/benchmarks/figures.json``: what was measured, the figure,
 the goal, the docs page, the command that ran it, the 1-minute load average when it started
-and when it ended, the date and the commit. Then
+and when it ended, the date and the commit it started on. Then
 
     python benchmarks/figures.py
 
@@ -47,6 +47,11 @@ def commit() -> str:
     return head + ("+changes" if changed else "")
 
 
+#: The code the benchmark ran: the checkout as it started (what it writes itself, or commits
+#: made while it runs, do not change it).
+COMMIT_AT_START = commit()
+
+
 def shown(path: Path) -> Path:
     """``path`` as the docs write it: from the checkout's root where it lies inside."""
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
@@ -61,7 +66,7 @@ def command() -> str:
 def record(rows: list[dict], path: Path = FIGURES) -> None:
     """Store ``rows`` (each with ``id``, ``what``, ``latest``, ``goal``, ``page`` and ``page_title``) as this
     run measured them: a row already there is replaced in place, a new one added at the end."""
-    stamp = {"by": "benchmark", "command": command(), "commit": commit(),
+    stamp = {"by": "benchmark", "command": command(), "commit": COMMIT_AT_START,
              "date": datetime.date.today().isoformat(),
              "load": f"{LOAD_AT_START:.1f} → {os.getloadavg()[0]:.1f}"}
     table = load_figures(path)
