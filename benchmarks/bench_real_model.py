@@ -16,7 +16,23 @@ the unit-factor row is the ratio of the two units.  ``--gemma3`` installs Gemma 
 gemma``: the Gemma Terms of Use), imports it and measures it beside the others.
 Prints one markdown table per model and writes every figure to ``--out`` (JSON).  ``--check``
 first times the FP8-weights check as a user runs it (64 prompts x 128 tokens, no cache);
-``--record`` stores the README's rows of what ran on the model named ``smollm2``.
+``--record`` stores the README's rows of what ran on the model named ``smollm2`` (``--rows``: only
+those named), and the three models' row where ``toy``, ``smollm2`` and ``gemma3`` all ran the
+ladder with ``--vllm-unit``.  ``NAME=DIR@64`` gives one model its own prompt count (the toy's
+answers are 2-3 tokens); ``--drift-couplings gumbel,inverse_cdf`` runs prefix drift under both
+ways of sharing random numbers.  The README's rows came from these runs:
+
+    python benchmarks/bench_real_model.py --model smollm2=var/models/smollm2-135m-instruct --check \
+        --threads 2 --record                                       # check, ladder, layer scan
+    python benchmarks/bench_real_model.py --model smollm2=var/models/smollm2-135m-instruct --prompts 8 \
+        --max-new-tokens 32 --threads 1 --skip-ladder --skip-scans layer --skip-unit-factor \
+        --drift-couplings none --record --rows real-model-modules
+    python benchmarks/bench_real_model.py --model toy=var/toy/test/student@64 --model \
+        smollm2=var/models/smollm2-135m-instruct --gemma3 --prompts 8 --max-new-tokens 32 --threads 1 \
+        --vllm-unit --skip-scans layer,module --skip-unit-factor --drift-couplings none --record --rows three-models
+    python benchmarks/bench_real_model.py --model smollm2=var/models/smollm2-135m-instruct --prompts 32 \
+        --max-new-tokens 32 --threads 1 --skip-ladder --skip-scans layer,module --skip-unit-factor \
+        --drift-couplings gumbel,inverse_cdf --record --rows prefix-drift
 """
 from __future__ import annotations
 
@@ -86,14 +102,14 @@ def capacity(kv: dict) -> str:
     return f"{fmt(kv.get('capacity_ratio'))}x{longest}"
 
 
-def bench_model(name: str, model: str, args) -> dict:
+def bench_model(name: str, model: str, prompts: int, args) -> dict:
     cache = Path(args.cache_dir) / name
-    common = ["--model", model, "--prompts", str(args.prompts), "--max-new-tokens", str(args.max_new_tokens),
+    common = ["--model", model, "--prompts", str(prompts), "--max-new-tokens", str(args.max_new_tokens),
               "--threads", str(args.threads), "--reference-engine", "hf", "--cache-dir", str(cache)]
-    out: dict = {"model": model, "rows": []}
+    out: dict = {"model": model, "prompts": prompts, "rows": []}
     if args.check:
         out["check"] = time_check(model, args.threads)
-    print(f"\n### {name}: `{model}`, {args.prompts} prompts x {args.max_new_tokens} tokens\n", flush=True)
+    print(f"\n### {name}: `{model}`, {prompts} prompts x {args.max_new_tokens} tokens\n", flush=True)
     vllm = " | of the vLLM BF16 unit | 95 % CI" if args.vllm_unit else ""
     print(f"| measurement | multiple of the hf BF16 unit | 95 % CI{vllm} | tokens | KV bytes/token vs BF16 | wall |")
     print("|---|---|---|" + ("---|---|" if args.vllm_unit else "") + "---|---|---|")
@@ -152,18 +168,23 @@ def bench_model(name: str, model: str, args) -> dict:
             print(f"\n{granularity} scan: refused: {error} ({wall:.0f} s)")
         out[f"sensitivity_{granularity}"] = entry
 
-    result, wall, error = run(["drift"], scanned, [a for a in common if a not in ("--reference-engine", "hf")]
-                              + ["--lengths", ",".join(str(n) for n in (8, 16, 32, 64) if n <= args.max_new_tokens)])
-    out["drift"] = {"wall_s": round(wall, 1), "error": error, **({} if result is None else {
-        "diverged_fraction": result["diverged_fraction"], "first_divergence": result["first_divergence"],
-        "identical_prefix_fraction": result["identical_prefix_fraction"]})}
-    if result is not None:
-        print(f"\nPrefix drift of {SCANNED} (sampled, common random numbers; {wall:.0f} s): "
-              f"{result['diverged_fraction']:.0%} of sequences diverge, first at token "
-              f"{fmt(result['first_divergence'].get('median'))} (median); identical prefix by length "
-              f"{result['identical_prefix_fraction']}.", flush=True)
-    else:
-        print(f"\nPrefix drift: refused: {error}")
+    out["drift"] = {}
+    for coupling in [c for c in args.drift_couplings.split(",") if c not in ("", "none")]:
+        result, wall, error = run(["drift"], scanned, [a for a in common if a not in ("--reference-engine", "hf")]
+                                  + ["--coupling", coupling, "--lengths",
+                                     ",".join(str(n) for n in (8, 16, 32, 64) if n <= args.max_new_tokens)])
+        out["drift"][coupling] = {"wall_s": round(wall, 1), "error": error, **({} if result is None else {
+            "sequences": result["sequences"], "diverged_fraction": result["diverged_fraction"],
+            "first_divergence": result["first_divergence"],
+            "identical_prefix_fraction": result["identical_prefix_fraction"]})}
+        if result is not None:
+            print(f"\nPrefix drift of {SCANNED} ({coupling} coupling, common random numbers; {wall:.0f} s): "
+                  f"{result['diverged_fraction']:.0%} of sequences diverge, "
+                  f"{first_token_flips(out['drift'][coupling]):.0%} "
+                  f"at the first token, first at token {fmt(result['first_divergence'].get('median'))} (median); "
+                  f"identical prefix by length {result['identical_prefix_fraction']}.", flush=True)
+        else:
+            print(f"\nPrefix drift ({coupling} coupling): refused: {error}")
     return out
 
 
@@ -180,6 +201,11 @@ def time_check(model: str, threads: int) -> dict:
           + (f"{fmt(result['multiple'])}x {ci(result['multiple_ci'])}" if result else f"refused: {error}"), flush=True)
     return {"wall_s": round(wall, 1), "error": error,
             **({} if result is None else {"multiple": result["multiple"], "ci": result["multiple_ci"]})}
+
+
+def first_token_flips(drift: dict) -> float:
+    """The share of decodes that leave their BF16 twin at the very first response token."""
+    return drift["first_divergence"]["histogram"].get("0", 0) / drift["sequences"]
 
 
 def span(values: list[float], unit: str = "x") -> str:
@@ -205,7 +231,7 @@ def figure_rows(result: dict, args) -> list[dict]:
     if model is None:
         return []
     page = {"page": "docs/benchmarks/real-model.md", "page_title": "real-model", "goal": ""}
-    size = f"{args.prompts} prompts x {args.max_new_tokens} tokens, {args.threads} threads"
+    size = f"{model['prompts']} prompts x {args.max_new_tokens} tokens, {args.threads} threads"
     rows = []
     check = model.get("check")
     if check and not check["error"]:
@@ -230,7 +256,49 @@ def figure_rows(result: dict, args) -> list[dict]:
             rows.append({**page, "id": row_id,
                          "what": f"real model: per-{granularity} scan of FP8 W + KV, {size}",
                          "latest": scan_text(scan, args.target)})
-    return rows
+    drift = model.get("drift") or {}
+    couplings = [c for c in ("gumbel", "inverse_cdf") if c in drift and not drift[c]["error"]]
+    if couplings == ["gumbel", "inverse_cdf"]:
+        now, before = drift["gumbel"], drift["inverse_cdf"]
+        medians = [fmt(d["first_divergence"]["median"]) for d in (now, before)]
+        rows.append({**page, "id": "prefix-drift",
+                     "page": page["page"] + "#prefix-drift-and-why-the-first-token-diverged",
+                     "what": f"prefix drift of FP8 W + KV on SmolLM2, {model['prompts']} prompts x "
+                             f"{args.max_new_tokens} tokens: Gumbel coupling (now) / inverse CDF (before)",
+                     "latest": f"{first_token_flips(now):.0%} / {first_token_flips(before):.0%} of decodes diverge "
+                               f"at the first token; median first divergence at token {medians[0]} / {medians[1]}"})
+    three = three_models_row(result, args)
+    return rows + ([three] if three else [])
+
+
+#: The three models side by side, and the ladder rows compared on them.
+THREE_MODELS = {"toy": "toy", "smollm2": "SmolLM2", "gemma3": "Gemma 3 270M"}
+COMPARED = {"FP8 W per channel": "FP8 W, per channel", "FP8 KV": "FP8 KV, calibrated scales",
+            "W + KV": SCANNED, "INT4": "INT4 W, per channel"}
+
+
+def three_models_row(result: dict, args) -> dict | None:
+    """The README row of the toy, SmolLM2 and Gemma 3 side by side: the compared ladder rows of each,
+    and on the two real models the vLLM BF16 unit over the hf one (``--vllm-unit``)."""
+    models = result["models"]
+    ladders = {name: {row["row"]: row for row in models[name]["rows"] if not row["error"]}
+               for name in THREE_MODELS if name in models}
+    if len(ladders) < len(THREE_MODELS) or any(row not in ladders[name] for name in ladders
+                                               for row in COMPARED.values()):
+        return None
+    factors = [ladders[name][COMPARED["FP8 W per channel"]].get("unit_factor") for name in ("smollm2", "gemma3")]
+    if not all(factors):
+        return None
+    sizes = " / ".join(f"{models[name]['prompts']}" for name in THREE_MODELS)
+    groups = "; ".join(" / ".join(f"{fmt(ladders[name][row]['multiple'])}x" for name in THREE_MODELS)
+                       for row in COMPARED.values())
+    return {"id": "three-models", "goal": "", "page_title": "real-model",
+            "page": "docs/benchmarks/real-model.md#three-models-side-by-side-the-toy-smollm2-gemma-3-270m",
+            "what": f"three models side by side ({' / '.join(THREE_MODELS.values())}), {sizes} prompts x "
+                    f"{args.max_new_tokens} tokens: {', '.join(COMPARED)}; the vLLM BF16 unit over the hf one",
+            "latest": f"{groups} the hf BF16 unit; unit factor "
+                      + " / ".join(f"{fmt(f['value'])} {ci(f.get('ci'))}" for f in factors)
+                      + " (SmolLM2 / Gemma)"}
 
 
 def install_gemma3() -> str:
@@ -248,8 +316,8 @@ def install_gemma3() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", action="append", metavar="NAME=DIR",
-                        help="a model folder under the model roots (repeatable)")
+    parser.add_argument("--model", action="append", metavar="NAME=DIR[@PROMPTS]",
+                        help="a model folder under the model roots (repeatable), with its own prompt count after @")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
@@ -266,8 +334,12 @@ def main() -> int:
     parser.add_argument("--out", default="var/bench-real-model/result.json")
     parser.add_argument("--check", action="store_true",
                         help="first time the FP8-weights check as a user runs it (64 x 128, no cache) on each model")
+    parser.add_argument("--drift-couplings", default="gumbel",
+                        help="comma-separated: the couplings prefix drift runs under (gumbel, inverse_cdf; "
+                             "none: no drift)")
     parser.add_argument("--record", action="store_true",
-                        help="store the README rows of what ran on the model named smollm2")
+                        help="store the README rows of what ran on the model named smollm2 (and beside toy and gemma3)")
+    parser.add_argument("--rows", default="", help="comma-separated: record only these row ids")
     args = parser.parse_args()
     models = args.model or ["toy=var/toy/test/student", "smollm2=var/models/smollm2-135m-instruct"]
     if args.gemma3:
@@ -275,14 +347,16 @@ def main() -> int:
     started = time.perf_counter()
     results = {}
     for spec in models:
-        name, _, folder = spec.partition("=")
-        results[name] = bench_model(name, folder, args)
+        name, _, where = spec.partition("=")
+        folder, _, prompts = where.partition("@")
+        results[name] = bench_model(name, folder, int(prompts or args.prompts), args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     everything = {"args": vars(args), "models": results, "wall_s": round(time.perf_counter() - started, 1)}
     Path(args.out).write_text(json.dumps(everything, indent=1))
     print(f"\n({time.perf_counter() - started:.0f} s in all; load average {os.getloadavg()}; figures in {args.out})")
     if args.record:
-        figures.record(figure_rows(everything, args))
+        wanted = {row for row in args.rows.split(",") if row}
+        figures.record([row for row in figure_rows(everything, args) if not wanted or row["id"] in wanted])
     return 0
 
 
