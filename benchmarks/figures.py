@@ -8,7 +8,9 @@ and when it ended, the date and the commit it started on. Then
     python benchmarks/figures.py
 
 rewrites the table in README.md from that file (`tests/architecture/test_readme_figures.py`
-fails while the two differ). A row with ``"by": "hand"`` is one whose benchmark does not
+fails while the two differ). A benchmark run on another host (``gpu_check.py --record`` on a lent
+GPU) puts its rows and their stamp in its result file instead, and ``python benchmarks/figures.py
+--record-from FILE`` stores them here. A row with ``"by": "hand"`` is one whose benchmark does not
 record yet: its figures were copied from its docs page, and the table says so.
 
 No Django here: the README is written without a database.
@@ -37,11 +39,17 @@ def load_figures(path: Path = FIGURES) -> list[dict]:
 
 def commit() -> str:
     """This checkout's commit, ``+changes`` where tracked files differ from it (other than the
-    figures and the README, which the benchmarks run one after another change)."""
+    figures and the README, which the benchmarks run one after another change); in a copy
+    with no ``.git``, ``OPDWEB_COMMIT`` says which commit it is."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        except OSError:  # no git on this host
+            return ""
 
-    head = git("rev-parse", "--short=7", "HEAD") or "unknown"
+    head = git("rev-parse", "--short=7", "HEAD")
+    if not head:  # a copy of the tree without its .git (a lent GPU host): the commit it was copied from
+        return os.environ.get("OPDWEB_COMMIT", "unknown")
     changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
                   f":!{FIGURES.relative_to(ROOT)}", f":!{README.relative_to(ROOT)}")
     return head + ("+changes" if changed else "")
@@ -63,18 +71,25 @@ def command() -> str:
                      *map(shlex.quote, sys.argv[1:])])
 
 
-def record(rows: list[dict], path: Path = FIGURES) -> None:
+def stamp() -> dict:
+    """How, where and when this run measured its rows: the command, the commit it started on,
+    the date and the load average at its start and now."""
+    return {"by": "benchmark", "command": command(), "commit": COMMIT_AT_START,
+            "date": datetime.date.today().isoformat(),
+            "load": f"{LOAD_AT_START:.1f} → {os.getloadavg()[0]:.1f}"}
+
+
+def record(rows: list[dict], path: Path = FIGURES, measured: dict | None = None) -> None:
     """Store ``rows`` (each with ``id``, ``what``, ``latest``, ``goal``, ``page`` and ``page_title``) as this
-    run measured them: a row already there is replaced in place, a new one added at the end."""
-    stamp = {"by": "benchmark", "command": command(), "commit": COMMIT_AT_START,
-             "date": datetime.date.today().isoformat(),
-             "load": f"{LOAD_AT_START:.1f} → {os.getloadavg()[0]:.1f}"}
+    run measured them (or as ``measured``, the stamp of a run on another host): a row already there
+    is replaced in place, a new one added at the end."""
+    measured = measured or stamp()
     table = load_figures(path)
     for row in rows:
         missing = {"id", "what", "latest", "goal", "page", "page_title"} - row.keys()
         if missing:
             raise ValueError(f"row {row.get('id')!r} lacks {sorted(missing)}")
-        new = {**row, **stamp}
+        new = {**row, **measured}
         at = next((i for i, old in enumerate(table) if old["id"] == row["id"]), None)
         if at is None:
             table.append(new)
@@ -106,7 +121,18 @@ def readme_with_table(readme: str, rows: list[dict]) -> str:
     return readme[:start] + "\n" + table(rows) + "\n" + readme[end:]
 
 
+def record_from(path: Path, figures_path: Path = FIGURES) -> None:
+    """Store the rows a benchmark on another host wrote into its result file (``"figures"``: its
+    rows and its stamp), as measured there; a file without rows stores nothing."""
+    measured = json.loads(path.read_text()).get("figures") or {}
+    if not measured.get("rows"):
+        raise SystemExit(f"{path}: no rows to record (was it run with --record, on the host it measures?)")
+    record(measured["rows"], figures_path, measured=measured["stamp"])
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--record-from"]:
+        record_from(Path(sys.argv[2]))
     README.write_text(readme_with_table(README.read_text(), load_figures()))
     print(f"README.md: {len(load_figures())} rows from {FIGURES.relative_to(ROOT)}")
     return 0

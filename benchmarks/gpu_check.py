@@ -12,17 +12,25 @@ no downloads).
    --packaged smollm2``): FP8 W + KV (per-channel weights, FP8 KV cache) on GSM8K, 64 prompts
    x 128 tokens, hf BF16 unit with an fp32 trainer (the pair the CPU figure was measured in),
    its wall time; then W8A8 through ``torch._scaled_mm`` against the same arithmetic emulated.
+
+``--record`` puts the README's two GPU rows, with this host's stamp (load, date, the commit in
+``OPDWEB_COMMIT`` where the tree came without ``.git``), into the result file; back on the
+project's machine ``python benchmarks/figures.py --record-from gpu_check.json`` stores them.
+Only a run on CUDA at full size makes rows.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import figures  # noqa: E402  (first: it takes the load average at the start)
 
 
 def log(msg: str) -> None:
@@ -136,6 +144,42 @@ def smollm2_fp8(model: str, out: dict, device: str = "cuda", prompts: int = 64, 
     out["smollm2_gsm8k"] = {"prompts": prompts, "max_new_tokens": max_new_tokens, "rows": rows}
 
 
+def overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def figure_rows(out: dict, prompts: int) -> list[dict]:
+    """The README's GPU rows of a full run on CUDA: real FP8 against its emulation (the demo toy's
+    W8A8 at both scale granularities, SmolLM2's W8A8), and the admission check's times on the
+    Qwen2.5-1.5B-shaped model."""
+    if out.get("device") != "cuda" or not out.get("gpu"):
+        return []
+    page = {"page": "docs/benchmarks/gpu-check.md", "page_title": "gpu-check"}
+    rows = []
+    toy = {(r["weight_scale"], r["fp8_matmul"]): r for r in out.get("fp8_real_vs_emulated") or []}
+    smollm2 = out.get("smollm2_gsm8k") or {}
+    w8a8 = {r["config"]: r for r in smollm2.get("rows") or []}
+    pairs = [(toy.get((scale, "scaled_mm")), toy.get((scale, "emulate"))) for scale in ("tensor", "channel")]
+    pairs.append((w8a8.get("fp8 W8A8 scaled_mm"), w8a8.get("fp8 W8A8 emulated")))
+    if all(real and emulated for real, emulated in pairs):
+        apart = sum(not overlap(real["multiple_ci"], emulated["multiple_ci"]) for real, emulated in pairs)
+        x = [f"{real['multiple']:.1f}x vs {emulated['multiple']:.1f}x" for real, emulated in pairs]
+        rows.append({**page, "id": "gpu-fp8", "goal": "agree within CI",
+                     "what": f"real FP8 on an {out['gpu']} (not CI: hf BF16 engine / fp32 trainer), real against "
+                             f"emulated: demo toy W8A8 per-tensor / per-channel, {prompts} prompts; SmolLM2 W8A8, "
+                             f"{smollm2['prompts']} x {smollm2['max_new_tokens']}",
+                     "latest": f"{x[0]} / {x[1]}; {x[2]} ("
+                               + ("CIs overlap" if not apart else f"{apart} of 3 CIs apart") + ")"})
+    admission = out.get("qwen15b_admission")
+    if admission and admission.get("shape") == "Qwen2.5-1.5B":
+        rows.append({**page, "id": "gpu-admission", "goal": "",
+                     "what": f"admission on a Qwen2.5-1.5B-shaped model, FP8 W8A8 + KV, {admission['prompts']} x "
+                             f"{admission['max_new_tokens']}, {out['gpu']}: warm / cold / floor",
+                     "latest": f"{admission['warm_end_to_end_s']:.2f} s / {admission['cold_end_to_end_s']:.2f} s / "
+                               f"{admission['floor_s']:.2f} s, {admission['max_memory_gib']} GiB"})
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--demo-dir", default="var/toy/demo")
@@ -150,6 +194,8 @@ def main() -> int:
     ap.add_argument("--smollm2-prompts", type=int, default=64, help="GSM8K prompts of check 3")
     ap.add_argument("--checks", default="fp8,admission,smollm2", help="which checks run, comma separated")
     ap.add_argument("--size", default="demo", choices=["demo", "test"], help="toy size for check 1 (test: dry run)")
+    ap.add_argument("--record", action="store_true",
+                    help="put the README's rows and this host's stamp into the result (figures.py --record-from)")
     args = ap.parse_args()
 
     import torch
@@ -186,6 +232,10 @@ def main() -> int:
 
             out[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
             traceback.print_exc()
+    if args.record:
+        command = f"python benchmarks/gpu_check.py {shlex.join(sys.argv[1:])}"
+        out["figures"] = {"rows": figure_rows(out, args.prompts), "stamp": {**figures.stamp(), "command": command}}
+        log(f"rows for the README: {', '.join(row['id'] for row in out['figures']['rows']) or 'none'}")
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:

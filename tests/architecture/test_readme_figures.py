@@ -30,7 +30,8 @@ def test_each_recorded_row_names_its_command_and_load_and_its_page_exists():
         assert LOAD.match(row["load"]), row
         script = re.search(r"(benchmarks/\w+\.py)", row["command"]).group(1)
         source = (ROOT / script).read_text()
-        assert '"--record"' in source and "figures.record(" in source, f"{script} does not record"
+        assert '"--record"' in source and ("figures.record(" in source or "figures.stamp(" in source), \
+            f"{script} does not record"
         assert re.match(r"^\d{4}-\d\d-\d\d$", row["date"]) and re.match(r"^[0-9a-f]{7}", row["commit"]), row
 
 
