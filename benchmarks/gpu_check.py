@@ -21,8 +21,10 @@ Only a run on CUDA at full size makes rows.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -73,6 +75,7 @@ def qwen15b_admission(prompts: int, max_new_tokens: int, batch: int, out: dict, 
                        rope_theta=1000000.0, tie_word_embeddings=True, rms_norm_eps=1e-6, bos_token_id=1,
                        eos_token_id=1, pad_token_id=0)
     tmp = Path(tempfile.mkdtemp(prefix="qwen15b-random-"))
+    atexit.register(shutil.rmtree, tmp, True)  # 3 GB on a GPU host's disk at full shape
     t0 = time.perf_counter()
     torch.manual_seed(0)
     with torch.device(device):
@@ -239,6 +242,7 @@ def main() -> int:
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
     return 1 if any(k.endswith("_error") for k in out) else 0
 
