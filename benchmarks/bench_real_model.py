@@ -257,8 +257,7 @@ def figure_rows(result: dict, args) -> list[dict]:
                          "what": f"real model: per-{granularity} scan of FP8 W + KV, {size}",
                          "latest": scan_text(scan, args.target)})
     drift = model.get("drift") or {}
-    couplings = [c for c in ("gumbel", "inverse_cdf") if c in drift and not drift[c]["error"]]
-    if couplings == ["gumbel", "inverse_cdf"]:
+    if all(c in drift and not drift[c]["error"] for c in ("gumbel", "inverse_cdf")):
         now, before = drift["gumbel"], drift["inverse_cdf"]
         medians = [fmt(d["first_divergence"]["median"]) for d in (now, before)]
         rows.append({**page, "id": "prefix-drift",
