@@ -10,6 +10,7 @@ from urllib.parse import unquote
 
 import environ
 
+from opdweb.dead_peers import dead_peer_options
 from opdweb.deployment import channel_prefix
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -120,6 +121,14 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # outage's answer.
 DB_CONNECT_TIMEOUT_S = env.int("DB_CONNECT_TIMEOUT_S", default=3)
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = DB_CONNECT_TIMEOUT_S
+# A peer gone silent mid-transaction (a host cut off from the network: its socket is never
+# closed, as a killed process's is) must not hold its row locks for the kernel's two hours
+# of TCP keepalive.  The server drops a client silent this long, which ends its transaction
+# and frees its locks for the attempt that takes the job over; a process drops a silent
+# server so too, instead of waiting on it forever.  Ignored on a Unix socket.
+DB_DEAD_PEER_SECONDS = env.int("DB_DEAD_PEER_SECONDS", default=30)
+DATABASES["default"]["OPTIONS"].update(dead_peer_options(DB_DEAD_PEER_SECONDS,
+                                                         DATABASES["default"]["OPTIONS"].get("options", "")))
 if env.bool("OPDWEB_DB_POOL", default=False):
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 2, "max_size": 16,

@@ -8,6 +8,7 @@ worker frees up."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from datetime import datetime
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.cluster import ApiClient, Cluster, Visitor, wait
+from tests.cluster.cluster import PY, ROOT, ApiClient, Cluster, Visitor, wait
 from tests.hosts import available
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs.with_args(
@@ -177,6 +178,66 @@ def test_a_worker_host_cut_off_mid_job_loses_it_to_another_and_nothing_is_double
     wait(lambda: cluster.sql("SELECT count(*) FROM health_workerpresence WHERE name LIKE %s AND NOT stopped "
                              "AND last_seen > now() - interval '10 seconds'", [f"%@{cut.name}"])[0][0] >= 2, 120,
          f"{cut.name} to report in again", logs=logs(cluster))
+
+
+HOLD_SERIES = """
+import json, time
+import numpy as np
+from opdweb.jobs.models import Job, JobState
+from opdweb.teams.models import Team
+from opdweb.traces.batches import write_points
+job = Job.objects.create(team=Team.objects.get(slug="lab"), kind="selftest", config={}, state=JobState.RUNNING)
+def hold():  # the series row is claimed, the points not yet sent: the host's cable goes now
+    print(json.dumps({"job": job.pk}), flush=True)
+    time.sleep(3600)
+write_points(job.pk, {"selftest/linear": (np.arange(3), np.zeros(3), np.arange(3.0))}, copying=hold)
+"""
+TAKE_SERIES = """
+import json, time
+import numpy as np
+from django.db import connection
+from psycopg.errors import LockNotAvailable
+from opdweb.traces.batches import write_points
+connection.cursor().execute("SET lock_timeout = '%ds'")
+start = time.monotonic()
+try:
+    write_points(%d, {"selftest/linear": (np.arange(5), np.ones(5), np.arange(5.0) * 10)})
+    print(json.dumps({"waited_s": time.monotonic() - start}))
+except LockNotAvailable:
+    print(json.dumps({"waited_s": None}))
+"""
+
+
+@pytest.mark.faults
+def test_a_host_cut_off_inside_a_transaction_lets_go_of_its_locks(cluster):
+    """A worker host's trace sink has claimed a series row (its transaction open) when the
+    host's cable is pulled.  Nothing closes the socket, so PostgreSQL would keep the
+    transaction, and the lock the next attempt's writes wait on, until TCP keepalive's two
+    hours were up; with the product's connection settings it drops the silent client within
+    DB_DEAD_PEER_SECONDS and the other host's write goes through."""
+    from django.conf import settings
+
+    dead_s = settings.DB_DEAD_PEER_SECONDS  # the hosts inherit this process's settings
+    host = cluster.workers["worker1"][0]
+    holder = host.start("holder", [PY, str(ROOT / "manage.py"), "shell", "-c", HOLD_SERIES], cluster.env_of(host),
+                        cwd=ROOT)
+    try:
+        job_id = wait(lambda: holder.log_path.exists() and '{"job"' in (text := holder.log_path.read_text()) and
+                      json.loads(text[text.index('{"job"'):].splitlines()[0])["job"], 120, "the series to be claimed",
+                      logs=[holder.log_path])
+        assert cluster.shell(TAKE_SERIES % (2, job_id)) == {"waited_s": None}  # the claim holds the row
+        host.cut()
+        try:
+            taken = cluster.shell(TAKE_SERIES % (dead_s * 3, job_id))
+        finally:
+            host.heal()
+    finally:
+        host.kill(holder)
+    assert taken["waited_s"] is not None, f"still locked after {dead_s * 3} s"
+    assert taken["waited_s"] < dead_s + 15, taken
+    rows = cluster.sql("SELECT p.step, p.value FROM traces_traceseries s JOIN traces_tracepoint p "
+                       "ON p.series_id = s.id WHERE s.job_id = %s ORDER BY p.step", [job_id])
+    assert rows == [(step, step * 10.0) for step in range(5)]  # the cut host's points were never committed
 
 
 def store_pids(cluster) -> list[int]:
