@@ -16,7 +16,10 @@ The answer is both ends' TCP settings, made from one number of seconds:
   on a server it cannot reach gets an error instead of waiting forever.
 
 A healthy peer's kernel answers the probes, so an idle or slow connection is never
-dropped.  On a Unix socket both are ignored.
+dropped.  On a Unix socket both are ignored.  ``tcp_user_timeout`` needs PostgreSQL 12 or
+newer.  A pooler that refuses the ``options`` startup parameter (PgBouncer, unless told to
+ignore it) needs 0 here, which adds nothing: the pooler's own keepalive and idle-transaction
+timeout then do this job.
 
 No Django here: the settings call it.
 """
@@ -27,9 +30,11 @@ PROBES = 4
 
 def dead_peer_options(seconds: int, options: str = "") -> dict:
     """libpq connection parameters that drop a peer silent for ``seconds``; ``options`` is
-    what the URL already passes the server, kept ahead of the settings added."""
-    if seconds < 3:
-        raise ValueError(f"DB_DEAD_PEER_SECONDS must be at least 3, not {seconds}")
+    what the URL already passes the server, kept ahead of the settings added.  0: none."""
+    if seconds == 0:
+        return {}
+    if seconds < 5:
+        raise ValueError(f"DB_DEAD_PEER_SECONDS must be 0 (off) or at least 5 (a probe a second), not {seconds}")
     idle = seconds // 3
     interval = max(1, (seconds - idle) // PROBES)
     server = (f"-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval={interval} "

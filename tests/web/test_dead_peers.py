@@ -9,6 +9,7 @@ from opdweb.dead_peers import dead_peer_options
 
 
 def test_thirty_seconds_is_ten_idle_then_four_probes_five_apart():
+    """By hand: probes start at 10 s, the fourth unanswered one is at 30 s."""
     assert dead_peer_options(30) == {
         "options": "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=4 "
                    "-c tcp_user_timeout=30000",
@@ -23,15 +24,16 @@ def test_the_urls_own_server_options_are_kept_first():
         "-c tcp_user_timeout=6000")
 
 
-def test_under_three_seconds_is_refused():
-    with pytest.raises(ValueError, match="at least 3"):
-        dead_peer_options(2)
+def test_zero_adds_nothing_and_under_five_seconds_is_refused():
+    assert dead_peer_options(0, "-c search_path=lab") == {}  # behind a pooler that refuses options
+    with pytest.raises(ValueError, match="0 \\(off\\) or at least 5"):
+        dead_peer_options(4)
 
 
 @pytest.mark.django_db
 def test_the_products_connection_asks_the_server_to_drop_it_when_silent():
     """The server's own view of the session the product opened: over TCP it holds the
-    settings the product sent, and they add up to DB_DEAD_PEER_SECONDS."""
+    settings the product sent: the last probe by DB_DEAD_PEER_SECONDS, and the user timeout at it."""
     connection.ensure_connection()
     if connection.connection.info.host.startswith("/"):
         pytest.skip("a Unix socket has no TCP keepalive (the embedded server); CI's server is on TCP")
@@ -40,7 +42,7 @@ def test_the_products_connection_asks_the_server_to_drop_it_when_silent():
         server = dict(cursor.fetchall())
     seconds = settings.DB_DEAD_PEER_SECONDS
     assert server["tcp_keepalives_idle"] + server["tcp_keepalives_interval"] * server["tcp_keepalives_count"] \
-        == seconds
+        <= seconds
     assert 0 < server["tcp_keepalives_idle"] < seconds
     assert server["tcp_user_timeout"] == seconds * 1000
     client = connection.connection.info.get_parameters()
