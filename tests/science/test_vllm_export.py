@@ -111,13 +111,19 @@ def test_vllm_loads_the_admission_checks_kv_scales_from_the_exported_file(studen
     from vllm import LLM
 
     from workers.science.engines.hf import HFEngine
+    from workers.science.engines.vllm_engine import vllm_unsupported
     from workers.science.kv_scale_artifact import build_artifact
 
+    cfg = RolloutConfig(engine="vllm", kv_cache="fp8_e4m3")  # kv_scales calibrated
+    # (with the scale file beside it, as below: only what this CPU cannot do is left)
+    unsupported = vllm_unsupported(cfg, on_cpu=True, facts=replace(read_checkpoint_facts(student),
+                                                                    shipped_kv_scales=True))
+    if unsupported:  # vLLM's CPU backend has no FP8 KV cache without AVX-512 or AMX
+        pytest.skip(f"this CPU cannot run an FP8 KV cache in vLLM: {'; '.join(unsupported)}")
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # apply_model reads the model in this process
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     checkpoint = tmp_path / "student"
     shutil.copytree(student, checkpoint, ignore=shutil.ignore_patterns("opdweb_kv_scales"))
-    cfg = RolloutConfig(engine="vllm", kv_cache="fp8_e4m3")  # kv_scales calibrated
     checked = HFEngine(str(checkpoint), RolloutConfig(kv_cache="fp8_e4m3"), "cpu", cache_dir=str(tmp_path / "cache"))
     artifact = build_artifact(checked.info())
     (checkpoint / artifact.file_name).write_bytes(artifact.data)
