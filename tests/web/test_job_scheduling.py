@@ -145,8 +145,11 @@ def test_a_calibration_waits_without_holding_a_worker_and_a_waiting_parent_cance
     assert not Job.objects.get(pk=parent.pk).is_terminal  # it ran while the calibration's children did
     assert Job.objects.filter(parent=parent).exclude(state__in=TERMINAL_STATES).exists()
 
-    # A child ended since the parent last looked: the parent was woken and waits again.
-    wait_for(lambda: Job.objects.filter(parent=parent, state=JobState.SUCCEEDED).exists()
+    # A child ended since the parent last looked: the parent was woken and waits again.  (A
+    # child is recorded as succeeded a moment before it wakes its parent: the wake's log entry,
+    # written with the parent's own move to queued, is what says the parent looked again.)
+    wait_for(lambda: Job.objects.get(pk=parent.pk).log_entries.filter(
+                 message__regex=r"^woken: child job #[0-9]+ succeeded").exists()
              and Job.objects.get(pk=parent.pk).state == JobState.WAITING, 300, "a child to end and the parent to wait")
     progress = Job.objects.get(pk=parent.pk).progress
     assert progress > 0.0
