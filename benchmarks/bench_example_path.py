@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,16 +29,11 @@ sys.path.insert(0, str(ROOT))
 
 import figures  # noqa: E402  (no Django)
 
+from opdweb.embedded_servers import free_port  # noqa: E402  (no Django)
 from tests.web.example_path import SMOKE, walk  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(var: Path, port: int, log) -> subprocess.Popen:

@@ -17,6 +17,7 @@ import atexit
 import json
 import logging
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -62,10 +63,50 @@ def reachable(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+#: Where :func:`free_ports` picks: from here to the start of the kernel's ephemeral range.
+QUIET_PORTS_FROM = 10000
+
+
+def quiet_ports() -> range:
+    """The ports below the kernel's ephemeral range (``ip_local_port_range``): the kernel
+    never hands one of them to an outgoing connection or to a bind to port 0."""
+    try:
+        first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 32768  # Linux's default
+    return range(QUIET_PORTS_FROM, max(QUIET_PORTS_FROM, first_ephemeral))
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports free on ``host`` now, for servers that start seconds later.
+
+    They are picked at random among :func:`quiet_ports`, not by binding port 0: a port the
+    kernel chose is in its ephemeral range, where any outgoing connection (to PostgreSQL, to
+    Redis) may be given it before the server binds it.  Where that range leaves no room below
+    it, the kernel chooses."""
+    quiet, pick = quiet_ports(), random.SystemRandom()
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(100 * n):
+            if len(socks) == n:
+                break
+            s = socket.socket()
+            try:
+                s.bind((host, pick.choice(quiet) if quiet else 0))
+            except OSError:  # in use (or in TIME_WAIT): pick another
+                s.close()
+                continue
+            socks.append(s)  # held until all are picked, so they are distinct
+        if len(socks) < n:
+            raise OSError(f"no {n} free ports on {host}")
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def _wait_until(predicate, timeout: float) -> bool:
@@ -229,17 +270,6 @@ def weed_binary() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("weed")
 
 
-def _free_ports(n: int, host: str) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def store_credentials(store_dir: Path) -> tuple[str, str]:
     """The store's one access key and secret, made on first start (``s3.json``, mode 600)."""
     config = store_dir / "s3.json"
@@ -268,7 +298,7 @@ def object_store_child(data_dir: Path, listen: str = "127.0.0.1", s3_port: int |
     port_file = store_dir / "ports"
     ports = [int(p) for p in port_file.read_text().split()] if port_file.is_file() else []
     if len(ports) != len(_STORE_PORTS) or any(reachable(listen, p) for p in ports):
-        ports = _free_ports(len(_STORE_PORTS), listen)
+        ports = free_ports(len(_STORE_PORTS), listen)
     if s3_port is not None:
         ports[_STORE_PORTS.index("s3.port")] = s3_port
     port_file.write_text(" ".join(map(str, ports)))

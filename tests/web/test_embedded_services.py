@@ -3,6 +3,7 @@ kept on disk and found again on the next start, and started again by their super
 when killed."""
 import os
 import signal
+import socket
 import time
 from urllib.parse import unquote
 
@@ -10,7 +11,7 @@ import psycopg
 import pytest
 import redis
 
-from opdweb.embedded_servers import Services, start_embedded_postgres, start_embedded_redis
+from opdweb.embedded_servers import Services, free_ports, start_embedded_postgres, start_embedded_redis
 from opdweb.supervisor import Supervisor
 from tests.web.conftest import wait_for, wait_for_redis_on_disk
 
@@ -23,6 +24,36 @@ def connect(url: str) -> psycopg.Connection:
 
 def stopper(child):
     return lambda: child.stop(time.monotonic() + 15)
+
+
+def test_picked_ports_are_distinct_free_and_never_ones_the_kernel_hands_out():
+    """A port picked for a server that binds it seconds later lies below the kernel's
+    ephemeral range, so no outgoing connection or bind to port 0 takes it meanwhile."""
+    first_ephemeral = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    if first_ephemeral <= 10000:  # Linux's default is 32768
+        pytest.skip(f"this kernel's ephemeral range starts at {first_ephemeral}: it leaves no room below")
+    ports = free_ports(8)
+    assert len(set(ports)) == 8 and all(1024 <= p < first_ephemeral for p in ports)
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free: the bind succeeds
+    kernels = []
+    for _ in range(200):  # what the kernel hands out meanwhile lies elsewhere
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            kernels.append(s.getsockname()[1])
+    assert min(kernels) >= first_ephemeral
+
+
+def test_a_port_in_use_is_never_picked(monkeypatch):
+    a, b = free_ports(2)
+    monkeypatch.setattr("opdweb.embedded_servers.quiet_ports", lambda: [a, b])
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", a))
+        held.listen()
+        assert {free_ports(1)[0] for _ in range(20)} == {b}
+        with pytest.raises(OSError, match="no 2 free ports"):
+            free_ports(2)
 
 
 def test_embedded_postgres_starts_keeps_data_and_stops(tmp_path):
