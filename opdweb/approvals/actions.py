@@ -6,7 +6,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from opdweb.approvals import webhooks
-from opdweb.approvals.currency import current_checkpoint_hash
+from opdweb.approvals.currency import current_checkpoint_hashes
 from opdweb.approvals.exporting import approved_hashes, deployment_facts
 from opdweb.approvals.models import ApprovalRequest, ApprovalState
 from opdweb.refusals import Refused
@@ -76,7 +76,7 @@ def check_evidence(approval: ApprovalRequest):
         raise Refused(f"the budget admission check #{job.pk} used has been recalibrated; "
                       "run the admission check again", status=409)
     recorded = job.result.get("checkpoint_hash") or ""
-    if current_checkpoint_hash(approval.checkpoint) != recorded:
+    if recorded not in (current_checkpoint_hashes(approval.checkpoint) or ()):
         raise Refused(f"the checkpoint changed since admission check #{job.pk}; run it again", status=409)
     return job, budget, recorded
 

@@ -27,6 +27,16 @@ def current_digest(uri: str) -> str | None:
     return described.digest if described is not None else None
 
 
+def current_hashes(uri: str) -> frozenset[str] | None:
+    """Every hash that names ``uri``'s content as last read by a worker: its digest, and the
+    digest with trainer state that hashes stored before December 2026 have; None when never
+    read."""
+    described = latest(uri)
+    if described is None:
+        return None
+    return frozenset({described.digest, described.digest_with_trainer_state or described.digest})
+
+
 KNOWN_DIGESTS.append(current_digest)
 
 
@@ -71,7 +81,8 @@ def store_description(sender, job, **kwargs) -> None:
 def store(result: Described, job=None) -> CheckpointDescription:
     """Keep what a worker read of a checkpoint; its registered models take the digest."""
     described = CheckpointDescription.objects.create(
-        uri=result.model, digest=result.digest, tokenizer_digest=result.tokenizer_digest or "",
+        uri=result.model, digest=result.digest, digest_with_trainer_state=result.digest_with_trainer_state or "",
+        tokenizer_digest=result.tokenizer_digest or "",
         facts=result.facts.model_dump(), files=result.files, bytes=result.bytes, problems=result.problems,
         import_note=result.import_note, config_json=result.config_json, job=job)
     RegisteredModel.objects.filter(path=result.model).update(digest=result.digest)

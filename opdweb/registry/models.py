@@ -38,6 +38,10 @@ class CheckpointDescription(models.Model):
 
     uri = models.CharField(max_length=1000, db_index=True)  # a local path under the model roots, or s3://
     digest = models.CharField(max_length=64)
+    # The digest with the trainer state files (optimizer, scheduler), as the product computed
+    # it before December 2026: hashes stored then still name this content.  Blank on a
+    # description read then, whose ``digest`` is that hash.
+    digest_with_trainer_state = models.CharField(max_length=64, blank=True)
     tokenizer_digest = models.CharField(max_length=64, blank=True)
     facts = models.JSONField(default=dict)
     files = models.IntegerField(default=0)

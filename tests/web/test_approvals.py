@@ -579,6 +579,72 @@ def test_an_upgrade_reads_what_approvals_rely_on_and_they_hold_again(world, tmp_
     assert Job.objects.filter(kind=Kind.DESCRIBE).count() == 1
 
 
+def test_trainer_state_beside_the_weights_never_lapses_an_approval_and_older_hashes_hold(world):
+    """An installation of before December 2026 hashed a checkpoint with the trainer state
+    saved beside its weights (optimizer, scheduler, training arguments): its admission check
+    and approval hold that hash.  ``read_checkpoints`` reads the checkpoint again, the
+    approval holds on; a new approval rests on the weights alone, so a copy without trainer
+    state is the same checkpoint, and only other weights lapse it."""
+    from pathlib import Path
+
+    from django.core.management import call_command
+
+    from opdweb.approvals.currency import lapse_reason
+    from opdweb.jobs.models import Job
+    from opdweb.registry.models import CheckpointDescription
+    from tests.web.approval_world import worker_runs
+    from workers.science.fingerprint import checkpoint_digest, checkpoint_digest_with_trainer_state
+    from workers.science.kinds import Kind
+
+    folder = Path(world.checkpoint)
+    weights_only = checkpoint_digest(folder)
+    for name in ("optimizer.pt", "scheduler.pt", "training_args.bin"):
+        (folder / name).write_bytes(f"{name} at step 100".encode())
+    before = checkpoint_digest_with_trainer_state(folder)
+    assert checkpoint_digest(folder) == weights_only != before
+
+    # Before: the worker's description and the admission check hold the hash with trainer state.
+    CheckpointDescription.objects.all().delete()
+    read_by_worker(world.checkpoint)
+    CheckpointDescription.objects.update(digest=before, digest_with_trainer_state="")  # as a worker of before read it
+    old_check = admission_job(world.team, world.checkpoint, FP8, world.budget)
+    old_check.result["checkpoint_hash"] = before
+    old_check.save(update_fields=["result"])
+    old = world.request()
+    assert world.decide(old).status_code == 302
+    old.refresh_from_db()
+    assert (old.state, old.checkpoint_hash) == (ApprovalState.APPROVED, before)
+
+    # The upgrade: read again at the next start (once), and the approval holds.
+    call_command("read_checkpoints", verbosity=0)
+    call_command("read_checkpoints", verbosity=0)
+    [describe] = Job.objects.filter(kind=Kind.DESCRIBE)
+    worker_runs(describe)
+    assert CheckpointDescription.objects.filter(uri=world.checkpoint).first().digest == weights_only
+    assert lapse_reason(old) is None
+    assert world.client(world.member).post(f"/approvals/{old.pk}/export/verl/").status_code == 200
+    call_command("read_checkpoints", verbosity=0)
+    assert Job.objects.filter(kind=Kind.DESCRIBE).count() == 1
+
+    # Today: approved on the weights; the trainer state saved again, then dropped, changes nothing.
+    new = world.approved("fp8 w+kv, checked today", {**FP8, "sampling": {"top_p": 1.0}})
+    new.refresh_from_db()
+    assert (new.state, new.checkpoint_hash) == (ApprovalState.APPROVED, weights_only)
+    (folder / "optimizer.pt").write_bytes(b"optimizer.pt at step 101")
+    read_by_worker(world.checkpoint)
+    assert lapse_reason(new) is None and lapse_reason(old) == (
+        f"the checkpoint {world.checkpoint} changed since it was approved (approval #{old.pk} lapsed)")
+    for name in ("optimizer.pt", "scheduler.pt", "training_args.bin"):
+        (folder / name).unlink()
+    read_by_worker(world.checkpoint)
+    assert lapse_reason(new) is None
+    exported = world.client(world.member).post(f"/approvals/{new.pk}/export/verl/")
+    assert exported.status_code == 200, exported.content.decode()[-3000:]
+    (folder / "model.safetensors").write_bytes(b"weights v2")
+    read_by_worker(world.checkpoint)
+    assert "changed since it was approved" in lapse_reason(new)
+
+
 def test_a_measurements_page_leads_to_its_config_and_its_admission_check(world):
     """A "Measure…" of a saved config ends with the way on: its config, whose page checks
     admission against a budget (then approval)."""

@@ -24,6 +24,12 @@ MEASUREMENT_VERSION = 5  # 5: logits of the last positions only (logits_to_keep)
 
 #: Files of a checkpoint directory that define its weights and architecture.
 WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.pt", "config.json", "generation_config.json")
+#: Files among those that hold a trainer's state, not weights: a checkpoint saved to resume
+#: training keeps them beside its weights, and a copy for serving drops them.  Ours, the
+#: Hugging Face Trainer's (``transformers.trainer``'s ``*_NAME``) and verl's FSDP optimizer
+#: and extra state (``verl/utils/checkpoint/fsdp_checkpoint_manager.py``).
+TRAINER_STATE_GLOBS = ("trainer_state.pt", "optimizer.pt", "optimizer.bin", "scheduler.pt", "scaler.pt",
+                       "training_args.bin", "optim_world_size_*.pt", "extra_state_world_size_*.pt")
 #: Files that define its tokenizer.
 TOKENIZER_GLOBS = ("tokenizer*.json", "special_tokens_map.json", "vocab.*", "merges.txt", "*.model",
                    "added_tokens.json", "chat_template.*")
@@ -46,13 +52,15 @@ def file_digest(path: str | Path) -> str:
     return _DIGESTS[key]
 
 
-def files_digest(directory: str | Path, globs: Iterable[str]) -> str | None:
-    """One digest over the named files of ``directory`` (name and content of each); None
-    when ``directory`` is not a local directory (a hub id: the hub revision stands in)."""
+def files_digest(directory: str | Path, globs: Iterable[str], leave_out: Iterable[str] = ()) -> str | None:
+    """One digest over the files of ``directory`` that ``globs`` name and ``leave_out`` does
+    not (name and content of each); None when ``directory`` is not a local directory (a hub
+    id: the hub revision stands in)."""
     d = Path(directory)
     if not d.is_dir():
         return None
-    files = sorted({f for g in globs for f in d.glob(g) if f.is_file()})
+    left_out = {f for g in leave_out for f in d.glob(g)}
+    files = sorted({f for g in globs for f in d.glob(g) if f.is_file()} - left_out)
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + file_digest(f).encode() + b"\n")
@@ -60,7 +68,18 @@ def files_digest(directory: str | Path, globs: Iterable[str]) -> str | None:
 
 
 def checkpoint_digest(model_dir: str | Path) -> str | None:
+    """The digest of a checkpoint's weights and config: what approvals, budgets, admission
+    checks and the checkpoint cache compare.  A trainer's state beside the weights is left
+    out, so a copy without it (or a run that saved it again) is the same checkpoint."""
+    return files_digest(model_dir, WEIGHT_GLOBS, leave_out=TRAINER_STATE_GLOBS)
+
+
+def checkpoint_digest_with_trainer_state(model_dir: str | Path) -> str | None:
+    """The digest as the product computed it before December 2026, a trainer's state files
+    included: the hash approvals, admission results and budgets stored then.  Equal to
+    :func:`checkpoint_digest` for a folder without trainer state."""
     return files_digest(model_dir, WEIGHT_GLOBS)
+
 
 
 def tokenizer_digest(model_dir: str | Path) -> str | None:

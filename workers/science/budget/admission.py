@@ -11,7 +11,7 @@ measured.
 from __future__ import annotations
 
 from ..config import ConfigError, DriftJobConfig, MismatchJobConfig
-from ..fingerprint import checkpoint_digest
+from ..fingerprint import checkpoint_digest, checkpoint_digest_with_trainer_state
 from ..reporting import NullReporter, Reporter, SubReporter
 from ..results import MismatchReport, unit_vanishes
 from ..verdicts import Decision, decide
@@ -19,14 +19,15 @@ from .config import AdmissionJobConfig, BudgetSpec
 from .results import AdmissionVerdict
 
 
-def budget_problems(spec: BudgetSpec, digest: str | None, task: str, unit_engine: str,
+def budget_problems(spec: BudgetSpec, digests: tuple[str | None, ...], task: str, unit_engine: str,
                     unit_trainer: str = "fp32") -> list[str]:
-    """Why ``spec`` cannot judge a measurement of the checkpoint whose content is ``digest``
-    on ``task`` in the unit pair (``unit_engine``, ``unit_trainer``)."""
+    """Why ``spec`` cannot judge a measurement of the checkpoint whose content is
+    ``digests`` (today's digest first, then any earlier rule's a budget may have stored) on
+    ``task`` in the unit pair (``unit_engine``, ``unit_trainer``)."""
     problems = []
-    if spec.checkpoint_hash and digest and spec.checkpoint_hash != digest:
+    if spec.checkpoint_hash and digests[0] and spec.checkpoint_hash not in digests:
         problems.append(f"budget: calibrated on checkpoint {spec.checkpoint!r} (content {spec.checkpoint_hash[:12]}), "
-                        f"not on this model (content {digest[:12]}); calibrate a budget for this checkpoint")
+                        f"not on this model (content {digests[0][:12]}); calibrate a budget for this checkpoint")
     if spec.task != task:
         problems.append(f"budget: calibrated on task {spec.task!r}, this check runs {task!r}")
     if spec.unit_engine != unit_engine:
@@ -56,7 +57,8 @@ def run_admission(cfg: AdmissionJobConfig, reporter: Reporter | None = None) -> 
          "trainer_dtype": trainer})
     checked = preflight(measurement)
     digest = checkpoint_digest(cfg.model)
-    problems = budget_problems(spec, digest, checked.task, checked.unit_engine, checked.trainer_dtype)
+    problems = budget_problems(spec, (digest, checkpoint_digest_with_trainer_state(cfg.model)), checked.task,
+                               checked.unit_engine, checked.trainer_dtype)
     if problems:
         raise ConfigError("; ".join(problems))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..checkpoint_facts import read_checkpoint_facts
-from ..fingerprint import TOKENIZER_GLOBS, checkpoint_digest, tokenizer_digest
+from ..fingerprint import TOKENIZER_GLOBS, checkpoint_digest, checkpoint_digest_with_trainer_state, tokenizer_digest
 from ..gguf_import import IMPORT_RECORD
 from ..reporting import Reporter
 
@@ -38,6 +38,9 @@ class CheckpointDescription(BaseModel):
 
     model: str  # the reference as the config named it (the URI, never a worker's cache path)
     digest: str = Field(..., min_length=64, max_length=64)  # of the weights and config files
+    # The digest with the trainer state files, as hashes stored before December 2026 have it
+    # (the digest itself when there are none); None from a worker of before.
+    digest_with_trainer_state: str | None = Field(None, min_length=64, max_length=64)
     tokenizer_digest: str | None = None
     facts: CheckpointFactsRecord
     files: int
@@ -60,7 +63,9 @@ def describe_folder(model: str, folder: Path) -> CheckpointDescription:
         problems.append(f"model: {model!r} has no tokenizer files (tokenizer.json, vocab.*, *.model)")
     facts = asdict(read_checkpoint_facts(folder))
     facts.pop("shipped_kv_scales")
-    return CheckpointDescription(model=model, digest=digest, tokenizer_digest=tokenizer_digest(folder),
+    return CheckpointDescription(model=model, digest=digest,
+                                 digest_with_trainer_state=checkpoint_digest_with_trainer_state(folder),
+                                 tokenizer_digest=tokenizer_digest(folder),
                                  facts=CheckpointFactsRecord(**facts), files=len(files),
                                  bytes=sum(f.stat().st_size for f in files), problems=problems,
                                  import_note=import_note(folder), config_json=_config_json(folder))

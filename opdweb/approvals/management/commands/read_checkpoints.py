@@ -2,8 +2,10 @@
 has read: the paths of registered models, of approvals and of mismatch budgets.  Run at
 every ``make run`` (the launcher calls it after migrating), so an installation upgraded to
 checkpoints-by-reference learns its digests without anyone re-registering; until a
-checkpoint is read, its approvals say so and do not export.  A checkpoint already read, or
-with a describe job queued or running, is left alone: a second run queues nothing."""
+checkpoint is read, its approvals say so and do not export.  A checkpoint read before
+December 2026 is read again: its digest then included trainer state (optimizer, scheduler),
+and the one a job computes today does not.  A checkpoint already read, or with a describe
+job queued or running, is left alone: a second run queues nothing."""
 from pathlib import Path
 
 from django.core.management.base import BaseCommand
@@ -33,7 +35,8 @@ def relied_on() -> dict[str, tuple]:
 
 
 def unread(named: dict[str, tuple]) -> dict[str, tuple]:
-    read = set(CheckpointDescription.objects.filter(uri__in=list(named)).values_list("uri", flat=True))
+    read = set(CheckpointDescription.objects.filter(uri__in=list(named)).exclude(digest_with_trainer_state="")
+               .values_list("uri", flat=True))  # blank: read before trainer state was left out
     reading = set(Job.objects.filter(kind=Kind.DESCRIBE, state__in=[JobState.QUEUED, JobState.RUNNING])
                   .values_list("config__model", flat=True))
     return {uri: who for uri, who in named.items()
