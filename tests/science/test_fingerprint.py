@@ -80,3 +80,32 @@ def test_the_cache_fetches_a_checkpoint_registered_under_the_rule_of_before(chec
         assert folder.name == checkpoint_digest(checkpoint)
     with pytest.raises(DigestMismatch), cache.checkout(parse(str(checkpoint)), digest="0" * 64):
         pass
+
+
+def test_an_admission_judges_with_a_budget_stored_under_the_rule_of_before(student, tmp_path):
+    """The admission job itself: a budget whose hash included the trainer state beside the
+    weights judges that checkpoint; a budget of other content is refused before measuring."""
+    import shutil
+
+    from workers.science.budget.config import AdmissionJobConfig
+    from workers.science.config import ConfigError, RolloutConfig
+    from workers.science.entrypoints import get_kind
+    from workers.science.kinds import Kind
+
+    resumable = tmp_path / "student"
+    shutil.copytree(student, resumable)
+    (resumable / STATE_FILE).write_bytes(b"optimizer, scheduler and RNG at step 100")
+    before = checkpoint_digest_with_trainer_state(resumable)
+    assert before != checkpoint_digest(resumable) == checkpoint_digest(student)
+
+    def admit(checkpoint_hash: str):
+        budget = {"checkpoint": str(resumable), "checkpoint_hash": checkpoint_hash, "task": "arithmetic:1",
+                  "method": "opd:full", "metric": "k3", "unit_engine": "hf", "budget": 1e6, "status": "reached"}
+        return get_kind(Kind.ADMISSION).run(AdmissionJobConfig(
+            model=str(resumable), rollout=RolloutConfig(weights="fp8_e4m3"), budget=budget, prompts=16, drift=False,
+            reference_engine="hf", threads=1))
+
+    verdict = admit(before)
+    assert verdict.verdict == "pass" and verdict.checkpoint_hash == checkpoint_digest(resumable)
+    with pytest.raises(ConfigError, match="calibrated on checkpoint"):
+        admit("0" * 64)

@@ -118,8 +118,9 @@ class CheckpointCache:
             got = checkpoint_digest(partial)
             if got is None:
                 raise FileNotFoundError(f"{store.uri}: not a checkpoint folder")
-            # A digest registered before trainer state was left out names the same content.
-            if digest is not None and digest not in (got, checkpoint_digest_with_trainer_state(partial)):
+            # A digest registered before trainer state was left out names the same content (the
+            # trainer state, as large as the weights or more, is read only to check that).
+            if digest is not None and digest != got and digest != checkpoint_digest_with_trainer_state(partial):
                 raise DigestMismatch(f"{store.uri} now has content {got[:12]}, not the registered {digest[:12]}: "
                                      "the checkpoint changed in the store; register it again")
             final = self.path_of(got)
